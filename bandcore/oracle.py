@@ -1,0 +1,123 @@
+r"""The slow, obviously-correct high-precision reference for the Band (mpmath).
+
+For one token with old probability :math:`p` the Band is the set of ratios :math:`r` with
+
+.. math::  g_f(p, r) = p\,\tilde f(r) + (1-p)\,\tilde f(s) \le \delta, \qquad s = \frac{1 - p r}{1 - p},
+
+(:math:`\tilde f` the normalised generator).  :math:`g_f(p,\cdot)` is convex with :math:`g_f(p, 1) = 0`, so the
+Band is an interval :math:`[r_{lo}, r_{up}] \ni 1`.  This module finds both ends by plain bisection in
+:math:`y = \log r` at ``dps`` decimal digits (default 50), with the saturated ends decided exactly:
+:math:`r_{up} = 1/p` iff :math:`g_f(p, 1/p) \le \delta`, :math:`r_{lo} = 0` iff :math:`g_f(p, 0) \le \delta`.
+
+At :math:`p = 1` the usual perspective convention :math:`0\cdot f(x/0) = x \lim_{u\to\infty} f(u)/u` is used,
+which makes every bound continuous as :math:`p \to 1` (e.g. KL: :math:`[e^{-\delta}, 1]`).
+
+Used by the tests, the benchmark and table certification; never on a hot path.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import mpmath as mp
+import numpy as np
+import sympy as sp
+
+from .divergences import U, Divergence, get_divergence
+
+__all__ = ["band_log_mp", "g_mp", "reference_band_log"]
+
+
+@lru_cache(maxsize=64)
+def _mp_functions(div: Divergence):
+    f_tilde = sp.lambdify(U, div.f_normalised, "mpmath")
+    return f_tilde, _constant(div.f_at_zero), _constant(div.slope_at_infinity)
+
+
+def _constant(value: sp.Expr):
+    if value == sp.oo:
+        return mp.inf
+    with mp.workdps(80):
+        return mp.mpf(str(sp.N(value, 80)))
+
+
+def _f_tilde(div: Divergence, u):
+    f_tilde, f0, _ = _mp_functions(div)
+    if u == 0:
+        return f0
+    return mp.re(f_tilde(u))
+
+
+def g_mp(div: Divergence, log_p, y):
+    """:math:`g_f(p, r)` at ``log_p`` and ``y = log r`` (``y = -inf`` means r = 0), in the current mp context."""
+    log_p, y = mp.mpf(log_p), mp.mpf(y)
+    p = mp.exp(log_p)
+    r = mp.exp(y) if y != mp.ninf else mp.mpf(0)
+    one_minus_pr = -mp.expm1(log_p + y) if y != mp.ninf else mp.mpf(1)  # 1 - p r = -expm1(log p + log r)
+    if one_minus_pr < 0:
+        return mp.inf
+    one_minus_p = -mp.expm1(log_p)  # 1 - p = -expm1(log p), no cancellation near p = 1
+    if one_minus_p == 0:  # perspective: 0·f̃(x/0) = x·lim f̃(u)/u
+        _, _, slope = _mp_functions(div)
+        rest = mp.inf if (slope is mp.inf and one_minus_pr > 0) else one_minus_pr * (slope if one_minus_pr else 0)
+        return p * _f_tilde(div, r) + rest
+    return p * _f_tilde(div, r) + one_minus_p * _f_tilde(div, one_minus_pr / one_minus_p)
+
+
+def _bisect(h, inside, outside, rel_tol):
+    """Bisection on h(y) <= 0 (inside) vs h(y) > 0 (outside) until relative width < rel_tol."""
+    for _ in range(5000):
+        mid = (inside + outside) / 2
+        if h(mid) <= 0:
+            inside = mid
+        else:
+            outside = mid
+        if abs(outside - inside) <= rel_tol * max(abs(inside), abs(outside)):
+            break
+    return (inside + outside) / 2
+
+
+def band_log_mp(divergence: str | Divergence, log_p, delta, *, dps: int = 50) -> tuple[mp.mpf, mp.mpf]:
+    """(log r_lo, log r_up) of the Band at ``log_p`` (<= 0) and ``delta`` (> 0) to about ``dps - 10`` digits.
+
+    ``log_p`` and ``delta`` may be floats, strings or mpf.  A saturated lower bound is ``-inf``; a saturated
+    upper bound is exactly ``-log_p``.
+    """
+    div = get_divergence(divergence)
+    with mp.workdps(dps):
+        log_p, delta = mp.mpf(log_p), mp.mpf(delta)
+        if log_p > 0 or delta <= 0:
+            raise ValueError(f"need log_p <= 0 and delta > 0, got log_p={log_p}, delta={delta}")
+        rel_tol = mp.mpf(10) ** (-(dps - 12))
+
+        def h(y):
+            return g_mp(div, log_p, y) - delta
+
+        y_max = -log_p
+        if h(y_max) <= 0:
+            upper = y_max
+        else:
+            upper = _bisect(h, mp.mpf(0), y_max, rel_tol)
+        if h(mp.ninf) <= 0:
+            lower = mp.ninf
+        else:
+            outside = mp.mpf(-1)
+            while h(outside) <= 0:  # the root lies below: expand geometrically
+                outside *= 2
+            inside = outside / 2 if outside < -1 else mp.mpf(0)
+            lower = _bisect(h, inside, outside, rel_tol)
+        return +lower, +upper
+
+
+def reference_band_log(
+    divergence: str | Divergence, old_log_prob, delta: float, *, dps: int = 50
+) -> tuple[np.ndarray, np.ndarray]:
+    """Element-wise :func:`band_log_mp` on an array of float64 log-probabilities, rounded once to float64."""
+    flat = np.asarray(old_log_prob, dtype=np.float64).ravel()
+    lower = np.empty_like(flat)
+    upper = np.empty_like(flat)
+    for i, x in enumerate(flat):
+        lo, up = band_log_mp(divergence, x, delta, dps=dps)
+        lower[i], upper[i] = float(lo), float(up)
+    shape = np.shape(old_log_prob)
+    return lower.reshape(shape), upper.reshape(shape)
