@@ -24,7 +24,7 @@ from functools import cached_property
 import numpy as np
 import sympy as sp
 
-__all__ = ["U", "Divergence", "GeneratorError", "get_divergence", "list_divergences"]
+__all__ = ["Divergence", "GeneratorError", "U", "get_divergence", "list_divergences"]
 
 #: The ratio variable u = π/π_old of every generator.
 U = sp.Symbol("u", positive=True)

@@ -23,7 +23,7 @@ import mpmath as mp
 import numpy as np
 import sympy as sp
 
-from .divergences import U, Divergence, get_divergence
+from .divergences import Divergence, U, get_divergence
 
 __all__ = ["band_log_mp", "g_mp", "reference_band_log"]
 
@@ -100,6 +100,8 @@ def band_log_mp(divergence: str | Divergence, log_p, delta, *, dps: int = 50) ->
             upper = _bisect(h, mp.mpf(0), y_max, rel_tol)
         if h(mp.ninf) <= 0:
             lower = mp.ninf
+        elif log_p == 0 and _mp_functions(div)[2] is mp.inf:
+            lower = mp.mpf(0)  # p = 1 and f̃ superlinear: any mass moved off the token costs infinitely much
         else:
             outside = mp.mpf(-1)
             while h(outside) <= 0:  # the root lies below: expand geometrically

@@ -1,0 +1,86 @@
+"""The mpmath oracle itself, against closed forms derived by hand (independent of bandcore.derive)."""
+
+import math
+
+import mpmath as mp
+import pytest
+
+from bandcore.divergences import get_divergence
+from bandcore.oracle import band_log_mp, g_mp
+
+
+def _ratio(bounds):
+    return tuple(mp.exp(b) for b in bounds)
+
+
+@pytest.mark.parametrize("p", ["1e-9", "0.08", "0.5", "0.97"])
+@pytest.mark.parametrize("delta", ["1e-6", "0.05", "0.3"])
+def test_pearson_matches_square_root_closed_form(p, delta):
+    with mp.workdps(50):
+        p_, d_ = mp.mpf(p), mp.mpf(delta)
+        lo, up = _ratio(band_log_mp("pearson", mp.log(p_), d_))
+        width = mp.sqrt(d_ * (1 - p_) / p_)
+        expected_up = min(1 + width, 1 / p_)
+        expected_lo = max(1 - width, 0)
+        assert abs(up / expected_up - 1) < mp.mpf("1e-35")
+        assert lo == 0 if expected_lo == 0 else abs(lo / expected_lo - 1) < mp.mpf("1e-35")
+
+
+def test_kl_at_one_half_matches_closed_form():
+    # p = 1/2: q = (1 ± sqrt(1 - exp(-2δ)))/2, so r = 1 ± sqrt(1 - exp(-2δ))
+    with mp.workdps(50):
+        lo, up = _ratio(band_log_mp("kl", mp.log(mp.mpf("0.5")), mp.mpf("0.05")))
+        root = mp.sqrt(1 - mp.exp(-mp.mpf("0.1")))
+        assert abs(up - (1 + root)) < mp.mpf("1e-38")
+        assert abs(lo - (1 - root)) < mp.mpf("1e-38")
+
+
+def test_tv_is_linear_and_saturates_at_the_thresholds():
+    lo, up = _ratio(band_log_mp("tv", math.log(0.3), 0.05))
+    assert abs(up - (1 + mp.mpf(0.05) / mp.mpf(math.exp(math.log(0.3))))) < 1e-30
+    lo, up = band_log_mp("tv", math.log(0.04), 0.05)  # p <= δ: lower saturates
+    assert lo == mp.ninf
+    lo, up = band_log_mp("tv", math.log(0.96), 0.05)  # p >= 1 - δ: upper saturates at 1/p
+    assert up == -mp.mpf(math.log(0.96))
+
+
+def test_reference_values_from_the_math_notes():
+    # MATH.md §4, δ = 0.05, 15 digits
+    cases = {
+        ("kl", 0.5): (0.691515669824154, 1.30848433017585),
+        ("kl", 0.08): (0.261695843479393, 2.41055379375736),
+        ("hellinger", 0.08): (0.0490474798726003, 2.9878275201274),
+    }
+    for (name, p), (lo_ref, up_ref) in cases.items():
+        lo, up = _ratio(band_log_mp(name, mp.log(mp.mpf(p)), 0.05))
+        assert float(lo) == pytest.approx(lo_ref, rel=1e-13)
+        assert float(up) == pytest.approx(up_ref, rel=1e-13)
+    lo, up = band_log_mp("js", mp.log(mp.mpf("0.08")), 0.05)
+    assert lo == mp.ninf and float(mp.exp(up)) == pytest.approx(4.0946982543017, rel=1e-12)
+
+
+def test_roots_solve_the_binary_equation_at_extreme_log_p():
+    for name in ("kl", "neyman", "hellinger", "js"):
+        for log_p in (-700.0, -30.0, -1e-12):
+            lo, up = band_log_mp(name, log_p, 0.05)
+            with mp.workdps(50):
+                for y in (lo, up):
+                    if y in (mp.ninf, -mp.mpf(log_p)):
+                        continue
+                    # g - δ changes sign within a relative 1e-30 of the returned root
+                    below = g_mp(get_divergence(name), log_p, y * (1 - mp.mpf("1e-30"))) - mp.mpf(0.05)
+                    above = g_mp(get_divergence(name), log_p, y * (1 + mp.mpf("1e-30"))) - mp.mpf(0.05)
+                    assert below <= 0 < above
+
+
+def test_p_equal_one_uses_the_perspective_limit():
+    lo, up = band_log_mp("kl", 0.0, 0.05)
+    assert up == 0 and abs(lo + mp.mpf(0.05)) < 1e-35  # KL: [e^{-δ}, 1]
+    lo, up = band_log_mp("pearson", 0.0, 0.05)
+    assert lo == 0 and up == 0  # f̃ grows faster than u: no room at all
+
+
+def test_kl_lower_bound_far_below_the_double_range():
+    lo, _ = band_log_mp("kl", -700.0, 0.05)
+    # log r_lo ≈ -1 - δ/p for δ ≫ p
+    assert lo / (-1 - mp.mpf(0.05) / mp.exp(-700)) == pytest.approx(1, rel=1e-12)
