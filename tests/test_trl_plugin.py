@@ -1,0 +1,243 @@
+"""The TRL plug-in: guards on the TRL internals it relies on, the loss it makes TRL compute, a real TRL run."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+trl = pytest.importorskip("trl")  # the `rl` extra; CI installs it
+
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from bandcore.rl import band_policy_loss  # noqa: E402
+from bandcore.rl.trl import BandGRPOConfig, BandGRPOTrainer  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trl_grpo.py"
+# transformers 5.x deprecates a property that TRL 1.16 reads at every generation: a third-party warning
+TRL_GENERATION_WARNING = "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
+
+
+def _load_example():
+    spec = importlib.util.spec_from_file_location("trl_grpo_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def example():
+    return _load_example()
+
+
+def _config(tmp_path, **overrides) -> BandGRPOConfig:
+    kwargs = dict(
+        output_dir=str(tmp_path), num_iterations=2, per_device_train_batch_size=4, num_generations=2,
+        max_completion_length=5, beta=0.0, use_cpu=True, bf16=False, activation_checkpointing=False,
+        report_to="none", save_strategy="no", disable_tqdm=True,
+    )
+    kwargs.update(overrides)
+    return BandGRPOConfig(**kwargs)
+
+
+def _trainer(example, tmp_path, **overrides) -> BandGRPOTrainer:
+    from datasets import Dataset
+
+    tokenizer = example.build_tokenizer()
+    return BandGRPOTrainer(
+        model=example.build_model(tokenizer, seed=0),
+        reward_funcs=example.say_reward,
+        args=_config(tmp_path, **overrides),
+        train_dataset=Dataset.from_dict({"prompt": ["say red", "say cat"], "target": ["red", "cat"]}),
+        processing_class=tokenizer,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Guards: every private TRL name the plug-in relies on (these fail loudly when TRL changes)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_trl_compute_loss_hook_exists_with_its_signature():
+    assert list(inspect.signature(GRPOTrainer._compute_loss).parameters) == ["self", "model", "inputs"]
+    params = list(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
+    assert params[:5] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep"]
+
+
+def test_trl_clamps_and_measures_with_the_epsilon_attributes():
+    """The Band route works only because TRL's loss and clip metrics read these attributes, broadcasting."""
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    for fragment in (
+        'old_per_token_logps = inputs.get("old_per_token_logps")',
+        "per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(",
+        "log_ratio = per_token_logps - old_per_token_logps",
+        "coef_2 = torch.clamp(coef_1, 1 - self.epsilon_low, 1 + self.epsilon_high)",
+        "per_token_loss = -torch.min(per_token_loss1, per_token_loss2)",
+        "is_low_clipped = (coef_1 < 1 - self.epsilon_low) & (advantages < 0)",
+        "is_high_clipped = (coef_1 > 1 + self.epsilon_high) & (advantages > 0)",
+        'elif self.loss_type in ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"]:',
+    ):
+        assert fragment in source, f"TRL's _compute_loss changed: {fragment!r} not found"
+    assert 'mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]' in source
+
+
+def test_trainer_attributes_exist_after_init(example, tmp_path):
+    trainer = _trainer(example, tmp_path, epsilon=0.2, epsilon_high=0.28)
+    assert trainer.epsilon_low == 0.2 and trainer.epsilon_high == 0.28
+    assert trainer.importance_sampling_level == "token" and trainer.loss_type == "dapo"
+    assert set(trainer._metrics) == {"train", "eval"}
+    assert hasattr(trainer, "accelerator") and hasattr(trainer.accelerator, "reduce")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"importance_sampling_level": "sequence", "loss_type": "grpo"}, "importance_sampling_level .* 'sequence'"),
+        ({"loss_type": "cispo"}, "loss_type must be one of .* got 'cispo'"),
+        ({"loss_type": "sapo"}, "loss_type must be one of .* got 'sapo'"),
+        ({"loss_type": "vespo"}, "loss_type must be one of .* got 'vespo'"),
+        ({"loss_type": "luspo", "importance_sampling_level": "sequence"}, "importance_sampling_level"),
+        ({"use_liger_kernel": True}, "use_liger_kernel=True is not supported"),
+        ({"band_delta": 0.0}, "delta must be a finite number > 0, got 0.0"),
+        ({"band_max_ratio": 1.0}, "max_ratio must be a finite number > 1, got 1.0"),
+        ({"band_divergence": "no-such-divergence"}, "no-such-divergence"),
+    ],
+)
+def test_unsupported_settings_are_refused(tmp_path, overrides, match):
+    with pytest.raises(ValueError, match=match):
+        _config(tmp_path, **overrides)
+
+
+def test_settings_changed_after_the_config_are_refused_by_the_trainer(example, tmp_path):
+    config = _config(tmp_path)
+    config.loss_type = "sapo"
+    with pytest.raises(ValueError, match=r"loss_type must be one of .* got 'sapo'"):
+        BandGRPOTrainer(model=example.build_model(example.build_tokenizer(), 0), args=config,
+                        reward_funcs=example.say_reward)
+
+
+def test_a_plain_grpo_config_is_refused(example, tmp_path):
+    config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, activation_checkpointing=False, report_to="none")
+    with pytest.raises(TypeError, match="args must be a BandGRPOConfig, got GRPOConfig"):
+        BandGRPOTrainer(model=example.build_model(example.build_tokenizer(), 0), args=config,
+                        reward_funcs=example.say_reward)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The loss TRL computes under the Band equals band_policy_loss
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _inputs(trainer, seed=1):
+    """A hand-built micro-batch as TRL's _generate_and_score_completions would hand it to _compute_loss."""
+    tok = trainer.processing_class
+    gen = torch.Generator().manual_seed(seed)
+    prompt_ids = torch.tensor([tok.convert_tokens_to_ids(["say", w]) for w in ("red", "cat", "sun", "dog")])
+    completion_ids = torch.randint(4, len(tok), (4, 5), generator=gen)
+    completion_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 0, 0, 0, 0]])
+    model = trainer.model
+    with torch.no_grad():
+        ids = torch.cat([prompt_ids, completion_ids], 1)
+        attention = torch.cat([torch.ones_like(prompt_ids), completion_mask], 1)
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, 1:-1] / trainer.args.temperature
+        log_prob = torch.log_softmax(logits.float(), -1).gather(-1, completion_ids[..., None])[..., 0]
+    # the old policy differs from the current one by a shift large enough to cross every bound
+    old = log_prob + 1.2 * torch.randn(log_prob.shape, generator=gen)
+    old = torch.clamp(old, max=-1e-3)
+    inputs = {
+        "prompt_ids": prompt_ids, "prompt_mask": torch.ones_like(prompt_ids),
+        "completion_ids": completion_ids, "completion_mask": completion_mask,
+        "advantages": torch.tensor([1.0, -1.0, 0.5, -0.5]), "old_per_token_logps": old,
+        "num_items_in_batch": completion_mask.sum(),
+    }
+    return inputs, log_prob
+
+
+@pytest.mark.parametrize(
+    ("loss_type", "agg"),
+    [("bnpo", "token-mean"), ("dapo", "token-mean"), ("grpo", "seq-mean-token-mean"),
+     ("dr_grpo", "seq-mean-token-sum-norm")],
+)
+def test_trl_computes_the_band_loss_and_metrics(example, tmp_path, loss_type, agg):
+    trainer = _trainer(example, tmp_path, loss_type=loss_type, band_delta=0.05, epsilon=0.2)
+    trainer.model.eval()  # eval: no gradient-accumulation normaliser; the tiny Llama has no dropout
+    inputs, log_prob = _inputs(trainer)
+    loss = trainer._compute_loss(trainer.model, inputs)
+    expected, metrics = band_policy_loss(
+        log_prob, inputs["old_per_token_logps"], inputs["advantages"], inputs["completion_mask"],
+        divergence="kl", delta=0.05, loss_agg_mode=agg, norm_length=5,
+    )
+    assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
+    logged = {k: v[-1] for k, v in trainer._metrics["eval"].items()}
+    assert logged["clip_ratio/region_mean"] == pytest.approx(float(metrics["clipfrac"]), abs=1e-6)
+    assert logged["clip_ratio/high_mean"] == pytest.approx(float(metrics["clipfrac_high"]), abs=1e-6)
+    assert logged["clip_ratio/low_mean"] == pytest.approx(float(metrics["clipfrac_low"]), abs=1e-6)
+    assert logged["band/clip_ratio_fixed/region_mean"] == pytest.approx(float(metrics["clipfrac_fixed"]), abs=1e-6)
+    assert logged["band/width_mean"] == pytest.approx(float(metrics["band_width"]), rel=1e-5)
+    # the batch makes the comparison meaningful: the Band and the fixed clip both act, and differently
+    assert float(metrics["clipfrac_high"]) > 0 and float(metrics["clipfrac_low"]) > 0
+    assert float(metrics["clipfrac"]) != float(metrics["clipfrac_fixed"])
+    # the scalar epsilons are back after the call
+    assert trainer.epsilon_low == 0.2 and trainer.epsilon_high == 0.2
+
+
+def test_gradient_matches_band_policy_loss(example, tmp_path):
+    trainer = _trainer(example, tmp_path, loss_type="bnpo", band_delta=0.05, band_max_ratio=1.5)
+    trainer.model.eval()
+    inputs, _ = _inputs(trainer, seed=7)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(trainer._compute_loss(trainer.model, inputs), params)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    logits = trainer.model(input_ids=ids, attention_mask=attention).logits[:, 1:-1]
+    log_prob = torch.log_softmax(logits.float(), -1).gather(-1, inputs["completion_ids"][..., None])[..., 0]
+    loss, _ = band_policy_loss(log_prob, inputs["old_per_token_logps"], inputs["advantages"],
+                               inputs["completion_mask"], delta=0.05, max_ratio=1.5)
+    expected = torch.autograd.grad(loss, params)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
+
+
+def test_on_policy_batches_warn_once_and_leave_trl_unchanged(example, tmp_path):
+    trainer = _trainer(example, tmp_path, loss_type="bnpo")
+    trainer.model.eval()
+    inputs, _ = _inputs(trainer)
+    del inputs["old_per_token_logps"]
+    with pytest.warns(UserWarning, match="no old_per_token_logps .* the Band never clips"):
+        loss = trainer._compute_loss(trainer.model, inputs)
+    # ratio = 1: the loss is -mean(A) over tokens, nothing clips
+    mask = inputs["completion_mask"].float()
+    expected = -(inputs["advantages"][:, None] * mask).sum() / mask.sum()
+    assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-6)
+    assert trainer._metrics["eval"]["clip_ratio/region_mean"][-1] == 0
+    trainer._compute_loss(trainer.model, inputs)  # no second warning (filterwarnings = error would raise)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A real TRL run of the example
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings(TRL_GENERATION_WARNING)
+def test_example_trains_and_logs_the_band(example, tmp_path):
+    log = example.main(["--max-steps", "4", "--output-dir", str(tmp_path), "--log-json", str(tmp_path / "log.json")])
+    assert [entry["step"] for entry in log] == [1, 2, 3, 4]
+    for entry in log:
+        for key in ("clip_ratio/region_mean", "band/clip_ratio_fixed/region_mean", "band/width_mean"):
+            assert math.isfinite(entry[key]), key
+        assert entry["band/width_mean"] > 0
+    # the second pass over each batch moves the ratio; there the Band and the fixed clip disagree
+    moved = [e for e in log if e["band/clip_ratio_fixed/region_mean"] > 0 or e["clip_ratio/region_mean"] > 0]
+    assert moved
+    assert any(e["band/clip_ratio_fixed/region_mean"] != e["clip_ratio/region_mean"] for e in moved)
+    assert (tmp_path / "log.json").exists()
