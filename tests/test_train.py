@@ -1,0 +1,194 @@
+"""The small GRPO/BandPO trainer: end to end on CPU, determinism, resume, checkpoints, CLI, --compare."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bandcore.cli import main
+from bandcore.rl.model import build_tiny_policy
+from bandcore.rl.train import (
+    CHECKPOINT_FILE,
+    METRICS_FILE,
+    TIMING_FIELDS,
+    TrainConfig,
+    completion_log_probs,
+    completion_mask,
+    group_advantages,
+    read_metrics,
+    run,
+    sample,
+)
+
+#: A micro budget: seconds on CPU.
+MICRO = {"steps": 4, "warmup_steps": 6, "habit_steps": 3, "warmup_batch": 16, "prompts_per_step": 2,
+         "group_size": 4, "ppo_epochs": 2, "minibatches": 2, "eval_prompts": 4, "eval_k": 4, "lr": 3e-3,
+         "reward": "digits"}  # partial credit: even an untrained policy gets non-zero advantages
+
+
+def _without_timing(lines):
+    return [{k: v for k, v in line.items() if k not in TIMING_FIELDS} for line in lines]
+
+
+def test_group_advantages_normalise_within_each_group():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    adv = group_advantages(rewards, 4)
+    assert adv[4:].abs().max() == 0  # a group with equal rewards carries no signal
+    assert adv[:4].sum().abs() < 1e-6 and adv[0] > 0 > adv[1]
+    assert adv[0].item() == pytest.approx(0.75 / torch.tensor([1.0, 0, 0, 0]).std().item(), rel=1e-5)
+
+
+def test_completion_mask_keeps_tokens_up_to_the_first_eos():
+    completions = torch.tensor([[5, 2, 7, 2], [2, 5, 5, 5], [5, 5, 5, 5]])
+    assert completion_mask(completions, eos_id=2).tolist() == [[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1]]
+
+
+def test_sampled_tokens_follow_the_distribution_the_old_log_probs_describe():
+    torch.manual_seed(0)
+    policy = build_tiny_policy(("<pad>", "<bos>", "<eos>", "a", "b"), seed=0)
+    prompts = torch.tensor([[1, 3, 4]] * 6)
+    completions = sample(policy, prompts, 5, temperature=0.7, generator=torch.Generator().manual_seed(0))
+    assert completions.shape == (6, 5)
+    sequences = torch.cat([prompts, completions], dim=1)
+    with torch.no_grad():
+        log_prob, entropy = completion_log_probs(policy.model, sequences, 3, temperature=0.7)
+        # the cached incremental logits (used to sample) equal the full forward's (used for old log-probs)
+        full = torch.log_softmax(policy.model(input_ids=sequences).logits[:, 2:-1] / 0.7, dim=-1)
+    torch.testing.assert_close(log_prob, full.gather(-1, completions[..., None]).squeeze(-1))
+    assert (entropy > 0).all() and (entropy <= torch.log(torch.tensor(5.0)) + 1e-5).all()
+
+
+def test_a_few_steps_run_end_to_end_and_write_metrics(tmp_path):
+    lines = run(TrainConfig(method="band", **MICRO), tmp_path, progress=False)
+    written = read_metrics(tmp_path / METRICS_FILE)
+    assert [line["step"] for line in written] == list(range(MICRO["steps"] + 1))
+    assert written[1:] == lines
+    first, last = written[0], written[-1]
+    assert {"warmup_loss", "eval_accuracy", "eval_pass_at_k", "eval_entropy", "eval_fork_frac"} <= first.keys()
+    for key in ("reward", "entropy", "clipfrac", "clipfrac_high", "clipfrac_low", "approx_kl", "band_width",
+                "final_abs_log_ratio", "time_step_s", "band_cost_frac", "eval_reward", "eval_pass_at_k"):
+        assert key in last, key
+    # several updates per batch: the ratio moved away from 1 (the clip had something to do)
+    assert max(line["final_abs_log_ratio"] for line in written[1:]) > 1e-3
+    assert all(0.0 <= line["band_cost_frac"] for line in written[1:])
+    state = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)  # state dicts and tensors only
+    assert state["step"] == MICRO["steps"] and {"model", "optimizer", "data_rng", "sample_rng"} <= state.keys()
+
+
+def test_same_seed_same_metrics_other_seed_other_metrics(tmp_path):
+    config = TrainConfig(method="clip", **MICRO)
+    a = run(config, tmp_path / "a", progress=False)
+    b = run(config, tmp_path / "b", progress=False)
+    c = run(TrainConfig(method="clip", **{**MICRO, "seed": 1}), tmp_path / "c", progress=False)
+    assert _without_timing(a) == _without_timing(b)
+    assert _without_timing(a) != _without_timing(c)
+
+
+def test_resume_after_an_interruption_gives_the_uninterrupted_metrics(tmp_path):
+    config = TrainConfig(method="clip-higher", **{**MICRO, "steps": 5, "save_every": 2})
+    whole = read_metrics_after(run, config, tmp_path / "whole")
+    # interrupted after step 3: checkpoint at step 2 (save_every), line 3 written after it
+    parts = tmp_path / "parts"
+    run(config, parts, max_steps=2, progress=False)
+    with (parts / METRICS_FILE).open("a") as handle:  # a line written after the last checkpoint
+        handle.write(json.dumps({"step": 3, "reward": -1.0}) + "\n")
+    run(config, parts, resume=True, progress=False)
+    resumed = read_metrics(parts / METRICS_FILE)
+    assert [line["step"] for line in resumed] == list(range(6))  # nothing lost, nothing duplicated
+    assert _without_timing(resumed) == _without_timing(whole)
+
+
+def read_metrics_after(function, config, out):
+    function(config, out, progress=False)
+    return read_metrics(out / METRICS_FILE)
+
+
+def test_resume_refuses_a_different_configuration(tmp_path):
+    config = TrainConfig(method="clip", **MICRO)
+    run(config, tmp_path, max_steps=1, progress=False)
+    with pytest.raises(ValueError, match="resume: lr differs from the checkpoint"):
+        run(TrainConfig(method="clip", **{**MICRO, "lr": 1e-4}), tmp_path, resume=True, progress=False)
+    with pytest.raises(ValueError, match=r"already holds metrics\.jsonl"):
+        run(config, tmp_path, progress=False)
+
+
+def test_warm_start_reproduces_the_run_that_warmed_up(tmp_path):
+    config = TrainConfig(method="band", **MICRO)
+    own = run(config, tmp_path / "own", progress=False)
+    started = run(config, tmp_path / "started", warm_start=tmp_path / "own" / "warmup.pt", progress=False)
+    assert _without_timing(own) == _without_timing(started)
+    with pytest.raises(ValueError, match="warm_start: seed differs"):
+        run(TrainConfig(method="band", **{**MICRO, "seed": 5}), tmp_path / "x",
+            warm_start=tmp_path / "own" / "warmup.pt", progress=False)
+
+
+def test_a_local_hugging_face_model_directory(tmp_path):
+    config = TrainConfig(method="clip", **MICRO)
+    policy = build_tiny_policy(config.make_task().symbols, seed=3)
+    policy.save(tmp_path / "model")
+    lines = run(TrainConfig(method="clip", model=str(tmp_path / "model"), **MICRO), tmp_path / "run",
+                progress=False)
+    assert len(lines) == MICRO["steps"]
+    with pytest.raises(ValueError, match=r"model: .* is not a local directory"):
+        run(TrainConfig(model=str(tmp_path / "missing"), **MICRO), tmp_path / "run2", progress=False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"group_size": 1}, "group_size: must be an integer >= 2"),
+        ({"minibatches": 3}, "minibatches: must divide the batch"),
+        ({"lr": -1.0}, "lr: must be a finite number > 0, got -1.0"),
+        ({"size": "huge"}, "size: unknown model size 'huge'"),
+        ({"task": "sort"}, "task: unknown task 'sort'"),
+        ({"steps": 0}, "steps: must be a positive integer, got 0"),
+    ],
+)
+def test_bad_settings_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**kwargs)
+
+
+def _cli_micro() -> list[str]:
+    args = []
+    for key, value in MICRO.items():
+        args += ["--" + key.replace("_", "-"), str(value)]
+    return args
+
+
+def test_cli_train_and_its_errors(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    assert main(["train", "--out", out, "--method", "band", "--no-progress", *_cli_micro()]) == 0
+    assert "final: reward" in capsys.readouterr().out
+    assert main(["train", "--out", out, "--no-progress", *_cli_micro()]) == 2
+    assert "already holds metrics.jsonl" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "q"), "--quick"]) == 2
+    assert "--quick only applies to --compare" in capsys.readouterr().err
+
+
+def test_compare_on_a_micro_budget_writes_summary_and_plots(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    micro = _cli_micro()
+    assert main(["train", "--compare", "--out", str(out), "--seeds", "2", "--no-progress", *micro]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["methods"]) == {"clip", "clip-higher", "band-kl"}
+    for entry in summary["methods"].values():
+        for key in ("reward", "entropy", "pass_at_k"):
+            assert set(entry[key]) == {"mean", "std", "per_seed"} and len(entry[key]["per_seed"]) == 2
+    assert "band_cost_frac" in summary["methods"]["band-kl"]
+    # identical starts: every method's step-0 line (the warmed-up policy) is the same for a seed
+    starts = {name: read_metrics(out / "runs" / name / "seed0" / METRICS_FILE)[0] for name in summary["methods"]}
+    assert len({json.dumps({k: v for k, v in s.items() if k not in TIMING_FIELDS}) for s in starts.values()}) == 1
+    for stem in ("reward", "entropy", "clipfrac"):
+        assert (out / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "band-kl" in capsys.readouterr().out
+    # --resume keeps the finished runs
+    before = (out / "runs" / "clip" / "seed0" / METRICS_FILE).read_text()
+    assert main(["train", "--compare", "--resume", "--out", str(out), "--seeds", "2", "--no-progress", *micro]) == 0
+    assert (out / "runs" / "clip" / "seed0" / METRICS_FILE).read_text() == before
+    with pytest.raises(ValueError, match="set per method"):
+        from bandcore.rl.compare import compare
+
+        compare(tmp_path / "bad", overrides={"method": "band"}, seeds=1)
