@@ -350,7 +350,8 @@ def get_divergence(name: str | Divergence, **params: float) -> Divergence:
         return name
     if not isinstance(name, str):
         raise TypeError(f"divergence must be a name or a Divergence, got {type(name).__name__}")
-    return _lookup(name.strip().lower(), tuple(sorted(params.items())))
+    key = name.strip().lower()
+    return _lookup(_aliases().get(key, key), tuple(sorted(params.items())))
 
 
 _CACHE: dict[tuple, Divergence] = {}
