@@ -1,0 +1,461 @@
+r"""``bandcore bench``: our Band solvers side by side with the published solver and a memory copy.
+
+One process, one run.  On :math:`n` float32 log-probabilities drawn like LLM tokens (:func:`llm_like_log_probs`)
+it times, best of ``repeats`` calls with the first call (imports, Numba compilation or cache load) excluded and
+reported separately:
+
+* the published BandPO solver (:mod:`bandcore.published`: bisection, 50 iterations, host-side checks);
+* each of our backends (``numpy``, ``numba``, ``torch`` of :func:`bandcore.band_log`) and the lookup-table
+  path (:class:`bandcore.BandTable`, NumPy/Numba and torch) for each divergence;
+* a plain copy of the input (the memory roofline).  A Band evaluation must read the input and write two
+  outputs, so at the copy's bandwidth :math:`B` (bytes moved per second, read + write) it can reach at most
+  :math:`B / (3 \cdot \mathrm{itemsize})` tokens per second; ``roofline_fraction`` is the measured rate over
+  that bound.
+
+Accuracy is measured on a subsample (quantiles of the input plus log-uniform points over its range) against
+the 50-digit mpmath oracle, always with float64 inputs so the solver's error is not hidden by float32
+rounding, as :math:`|\Delta \log r| / \max(1, |\log r|)` (the numerical contract's measure; it is the
+relative error of the ratio whenever :math:`e^{-1} \le r \le e`).
+
+Peak memory is measured in a fresh subprocess per (method, size): ``/proc/self/clear_refs`` resets the
+resident-set high-water mark after the input is built and the method warmed up, and the peak of ``VmHWM``
+over the resident size before the call is what the call allocated (tracemalloc cannot see Numba's or
+torch's allocations).  Tests never assert a time; they run ``--quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["llm_like_log_probs", "rel_log_error", "run_bench"]
+
+_DEFAULT_DIVERGENCES = ("kl", "tv", "pearson", "hellinger", "js")
+_BACKENDS = ("numpy", "numba", "torch")
+_MEMORY_METHODS = ("numba", "torch", "table")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Inputs and the error measure
+# --------------------------------------------------------------------------------------------------------
+
+
+def llm_like_log_probs(n: int, seed: int = 0) -> np.ndarray:
+    r"""``n`` float32 log-probabilities distributed like sampled LLM tokens (deterministic in ``seed``).
+
+    A three-part mixture, each part log-uniform:
+
+    * 75 % confident tokens: :math:`1 - p \in [10^{-7}, 10^{-1}]` (so :math:`p > 0.9`),
+      :math:`\log p = \mathrm{log1p}(-(1-p))`;
+    * 20 % middle: :math:`p \in [10^{-3}, 0.9]`;
+    * 5 % heavy tail: :math:`p \in [10^{-10}, 10^{-3}]`.
+
+    Drawn with ``numpy.random.default_rng(seed)``, computed in float64 and rounded once to float32.
+    """
+    rng = np.random.default_rng(seed)
+    part = rng.choice(3, size=n, p=[0.75, 0.20, 0.05])
+    u = rng.random(n)
+    log10_bounds = np.array([[-7.0, -1.0], [-3.0, np.log10(0.9)], [-10.0, -3.0]])
+    lo, hi = log10_bounds[part, 0], log10_bounds[part, 1]
+    value = 10.0 ** (lo + (hi - lo) * u)
+    log_p = np.where(part == 0, np.log1p(-value), np.log(value))
+    return np.minimum(log_p, 0.0).astype(np.float32)
+
+
+def rel_log_error(approx: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    r"""Element-wise :math:`|\hat y - y| / \max(1, |y|)` for log-ratio bounds ``y`` (the contract's measure).
+
+    Equal values (including both ``-inf`` for a saturated lower bound) give 0; a NaN, or an infinity where the
+    other value is finite, gives ``inf``.
+    """
+    approx = np.asarray(approx, dtype=np.float64)
+    exact = np.asarray(exact, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(approx - exact) / np.maximum(1.0, np.abs(exact))
+    err = np.where(approx == exact, 0.0, err)
+    return np.where(np.isnan(err), np.inf, err)
+
+
+def _accuracy_points(x: np.ndarray, m: int, seed: int) -> np.ndarray:
+    """``m`` float64 points: quantiles of ``x`` and log-uniform p over its range (float32-representable)."""
+    rng = np.random.default_rng(seed + 1)
+    quantiles = np.quantile(x.astype(np.float64), np.linspace(0.0, 1.0, m - m // 2))
+    log10_p = np.log10(np.exp(np.array([x.min(), min(x.max(), -1e-7)], dtype=np.float64)))
+    spread = np.log(10.0 ** rng.uniform(log10_p[0], log10_p[1], m // 2))
+    return np.sort(np.concatenate([quantiles, spread]).astype(np.float32).astype(np.float64))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Methods: name -> (callable on the float32 input returning two arrays/tensors, one on float64 points -> logs)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _to_numpy(value) -> np.ndarray:
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
+
+def _published_methods(divergence: str, delta: float) -> dict[str, tuple[Callable, Callable]]:
+    import torch
+
+    from .published import PUBLISHED_DIVERGENCES, published_band
+
+    if divergence not in PUBLISHED_DIVERGENCES:
+        return {}
+
+    def timed(x):
+        return published_band(x, divergence, delta)
+
+    def logs(points):
+        lower, upper = published_band(torch.from_numpy(points), divergence, delta)
+        with np.errstate(divide="ignore"):  # a lower bound of 0 is log r = -inf
+            return np.log(lower.numpy()), np.log(upper.numpy())
+
+    return {"published": (timed, logs, "torch")}
+
+
+def _backend_methods(divergence: str, delta: float, backends) -> dict[str, tuple[Callable, Callable, str]]:
+    import torch
+
+    from .band import band_log
+
+    methods = {}
+    for backend in backends:
+        kind = "torch" if backend == "torch" else "numpy"
+
+        def timed(x, backend=backend):
+            return band_log(x, divergence, delta, backend=backend)
+
+        def logs(points, backend=backend, kind=kind):
+            arg = torch.from_numpy(points) if kind == "torch" else points
+            return tuple(_to_numpy(v) for v in band_log(arg, divergence, delta, backend=backend))
+
+        methods[backend] = (timed, logs, kind)
+    return methods
+
+
+def _table_methods(divergence: str, delta: float) -> tuple[dict[str, tuple[Callable, Callable, str]], dict]:
+    import torch
+
+    from .tables import BandTable
+
+    start = time.perf_counter()
+    try:
+        table = BandTable.shipped(divergence, delta)
+        origin = "shipped"
+    except FileNotFoundError:
+        table = BandTable.build(divergence, delta)
+        origin = "built"
+    info = {
+        "origin": origin,
+        "seconds": time.perf_counter() - start,
+        "knots": int(table.n_knots),
+        "certified_max_rel_error": table.max_rel_error,
+    }
+
+    def logs_numpy(points):
+        return table.log(points)
+
+    def logs_torch(points):
+        return tuple(v.numpy() for v in table.log(torch.from_numpy(points)))
+
+    methods = {"table": (table.log, logs_numpy, "numpy"), "table-torch": (table.log, logs_torch, "torch")}
+    return methods, info
+
+
+# --------------------------------------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------------------------------------
+
+
+def _time(fn: Callable, arg, repeats: int) -> tuple[float, float]:
+    """(first call seconds, best of ``repeats`` further calls)."""
+    start = time.perf_counter()
+    fn(arg)
+    first = time.perf_counter() - start
+    best = np.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(arg)
+        best = min(best, time.perf_counter() - start)
+    return first, best
+
+
+def _copy_roofline(x: np.ndarray, x_torch, repeats: int) -> dict[str, Any]:
+    """Bandwidth of a plain allocating copy (NumPy and torch); the faster sets the roofline."""
+    out: dict[str, Any] = {}
+    moved = 2 * x.nbytes  # read + write
+    for name, fn, arg in (("numpy", np.copy, x), ("torch", lambda t: t.clone(), x_torch)):
+        _, best = _time(fn, arg, max(repeats, 5))
+        out[name] = {"seconds": best, "gb_per_s": moved / best / 1e9}
+    bandwidth = max(out["numpy"]["gb_per_s"], out["torch"]["gb_per_s"]) * 1e9
+    out["bytes_per_token"] = 3 * x.itemsize  # input + two outputs
+    out["roofline_mtok_s"] = bandwidth / out["bytes_per_token"] / 1e6
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------
+# Peak memory (fresh subprocess per measurement)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise OSError(f"/proc/self/status has no {field}")
+
+
+def _memory_child(method: str, divergence: str, delta: float, n: int) -> None:
+    """Run in a subprocess: print the peak extra resident memory of one call as JSON."""
+    x = llm_like_log_probs(n, seed=0)
+    if method == "table":
+        from .tables import BandTable
+
+        try:
+            table = BandTable.shipped(divergence, delta)
+        except FileNotFoundError:
+            table = BandTable.build(divergence, delta)
+        fn, arg = table.log, x
+    else:
+        from .band import band_log
+
+        if method == "torch":
+            import torch
+
+            arg = torch.from_numpy(x)
+        else:
+            arg = x
+
+        def fn(a):
+            return band_log(a, divergence, delta, backend=method)
+
+    fn(arg[:1000])  # imports, compilation / cache load
+    Path("/proc/self/clear_refs").write_text("5")  # reset the VmHWM high-water mark
+    base = _status_kib("VmRSS")
+    result = fn(arg)
+    peak = _status_kib("VmHWM")
+    del result
+    print(json.dumps({"peak_extra_bytes": (peak - base) * 1024}))
+
+
+def _measure_memory(method: str, divergence: str, delta: float, n: int) -> dict[str, Any]:
+    code = (
+        "from bandcore.bench import _memory_child; "
+        f"_memory_child({method!r}, {divergence!r}, {delta!r}, {n})"
+    )
+    # a fixed mmap threshold makes every large array fresh pages (glibc would otherwise reuse freed, already
+    # resident heap memory and hide the allocation from VmHWM)
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "0"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    row: dict[str, Any] = {"method": method, "divergence": divergence, "n_tokens": n}
+    if proc.returncode != 0:
+        row["error"] = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "subprocess failed"
+        return row
+    peak = json.loads(proc.stdout.strip().splitlines()[-1])["peak_extra_bytes"]
+    input_bytes = 4 * n
+    row.update(
+        peak_extra_bytes=peak,
+        input_bytes=input_bytes,
+        peak_over_input=peak / input_bytes,
+        peak_over_outputs=peak / (2 * input_bytes),
+    )
+    return row
+
+
+# --------------------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------------------
+
+
+def run_bench(
+    n: int = 1_000_000,
+    *,
+    divergences: tuple[str, ...] = _DEFAULT_DIVERGENCES,
+    delta: float = 0.05,
+    repeats: int = 5,
+    oracle_points: int = 256,
+    memory_sizes: tuple[int, ...] = (1_000_000, 10_000_000),
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run the benchmark and return everything as a JSON-serialisable dict (see the module docstring)."""
+    import torch
+
+    from . import __version__
+    from .oracle import reference_band_log
+
+    say = progress or (lambda _msg: None)
+    x = llm_like_log_probs(n, seed)
+    x_torch = torch.from_numpy(x)
+    points = _accuracy_points(x, oracle_points, seed)
+    report: dict[str, Any] = {
+        "bandcore_version": __version__,
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "numpy": np.__version__,
+            "gpu": "not used (CPU run)",
+        },
+        "n_tokens": n,
+        "dtype": "float32",
+        "delta": delta,
+        "seed": seed,
+        "repeats": repeats,
+        "generator": llm_like_log_probs.__doc__.strip().splitlines()[0],
+        "accuracy_points": len(points),
+        "accuracy_measure": "max |Δ log r| / max(1, |log r|) vs the mpmath oracle (50 digits), float64 inputs",
+        "copy": _copy_roofline(x, x_torch, repeats),
+        "results": [],
+        "tables": {},
+        "unavailable": {},
+    }
+    roofline = report["copy"]["roofline_mtok_s"]
+    for divergence in divergences:
+        say(f"{divergence}: oracle on {len(points)} points")
+        exact_lo, exact_up = reference_band_log(divergence, points, delta)
+        methods: dict[str, tuple[Callable, Callable, str]] = {}
+        methods.update(_published_methods(divergence, delta))
+        try:
+            methods.update(_backend_methods(divergence, delta, _BACKENDS))
+        except ImportError as err:
+            report["unavailable"]["backends"] = f"bandcore.band not importable: {err}"
+        try:
+            table_methods, info = _table_methods(divergence, delta)
+            methods.update(table_methods)
+            report["tables"][divergence] = info
+        except (ImportError, ValueError) as err:
+            report["unavailable"][f"table:{divergence}"] = str(err)
+        published_seconds = None
+        for name, (timed, logs, kind) in methods.items():
+            say(f"{divergence}: {name}")
+            try:
+                first, best = _time(timed, x_torch if kind == "torch" else x, repeats)
+                approx_lo, approx_up = logs(points)
+            except (ImportError, ValueError, TypeError) as err:  # a backend not (yet) available
+                report["unavailable"][f"{divergence}:{name}"] = f"{type(err).__name__}: {err}"
+                continue
+            err_lo = rel_log_error(approx_lo, exact_lo)
+            err_up = rel_log_error(approx_up, exact_up)
+            if name == "published":
+                published_seconds = best
+            mtok_s = n / best / 1e6
+            report["results"].append(
+                {
+                    "divergence": divergence,
+                    "method": name,
+                    "seconds": best,
+                    "first_call_seconds": first,
+                    "mtok_s": mtok_s,
+                    "speedup_vs_published": None if published_seconds is None else published_seconds / best,
+                    "roofline_fraction": mtok_s / roofline,
+                    "max_rel_err_lower": float(err_lo.max()),
+                    "max_rel_err_upper": float(err_up.max()),
+                    "max_rel_err": float(max(err_lo.max(), err_up.max())),
+                }
+            )
+    report["memory"] = []
+    for size in memory_sizes:
+        for method in _MEMORY_METHODS:
+            say(f"memory: {method} at {size} tokens")
+            report["memory"].append(_measure_memory(method, "kl", delta, size))
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The human-readable table ``bandcore bench`` prints."""
+    copy = report["copy"]
+    lines = [
+        f"bandcore bench: {report['n_tokens']:,} float32 log-probs, delta={report['delta']}, "
+        f"best of {report['repeats']}, {report['machine']['cpu_count']} CPUs, torch threads "
+        f"{report['machine']['torch_threads']}",
+        f"copy roofline: numpy {copy['numpy']['gb_per_s']:.2f} GB/s, torch {copy['torch']['gb_per_s']:.2f} GB/s "
+        f"-> {copy['roofline_mtok_s']:.0f} Mtok/s at {copy['bytes_per_token']} B/token",
+        f"accuracy: {report['accuracy_measure']} on {report['accuracy_points']} points",
+        "",
+        f"{'divergence':<10} {'method':<12} {'ms':>9} {'Mtok/s':>8} {'x publ.':>8} {'roofline':>8} "
+        f"{'err lower':>10} {'err upper':>10} {'1st call s':>10}",
+    ]
+    for row in report["results"]:
+        speedup = "-" if row["speedup_vs_published"] is None else f"{row['speedup_vs_published']:.1f}"
+        lines.append(
+            f"{row['divergence']:<10} {row['method']:<12} {row['seconds'] * 1e3:9.2f} {row['mtok_s']:8.2f} "
+            f"{speedup:>8} {row['roofline_fraction']:8.1%} {row['max_rel_err_lower']:10.2e} "
+            f"{row['max_rel_err_upper']:10.2e} {row['first_call_seconds']:10.3f}"
+        )
+    if report["tables"]:
+        lines.append("")
+        for name, info in report["tables"].items():
+            lines.append(
+                f"table {name}: {info['origin']} ({info['seconds']:.2f} s), {info['knots']} knots, "
+                f"certified max rel error {info['certified_max_rel_error']:.2e}"
+            )
+    if report["memory"]:
+        lines.append("")
+        for row in report["memory"]:
+            if "error" in row:
+                lines.append(f"memory {row['method']:<6} {row['n_tokens']:>10,} tokens: {row['error']}")
+            else:
+                lines.append(
+                    f"memory {row['method']:<6} {row['n_tokens']:>10,} tokens: "
+                    f"peak +{row['peak_extra_bytes'] / 1e6:.1f} MB"
+                    f" = {row['peak_over_input']:.2f} x input ({row['peak_over_outputs']:.2f} x the two outputs)"
+                )
+    for key, why in report["unavailable"].items():
+        lines.append(f"unavailable {key}: {why}")
+    return "\n".join(lines)
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.quick:
+        kwargs = dict(n=20_000, repeats=2, oracle_points=16, memory_sizes=(200_000,))
+        kwargs["divergences"] = tuple(args.divergences or ("kl", "tv", "pearson"))
+    else:
+        kwargs = dict(n=args.n, repeats=args.repeats, oracle_points=args.oracle_points)
+        kwargs["memory_sizes"] = () if args.no_memory else (1_000_000, 10_000_000)
+        kwargs["divergences"] = tuple(args.divergences or _DEFAULT_DIVERGENCES)
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    report = run_bench(
+        delta=args.delta,
+        seed=args.seed,
+        progress=None if args.quiet else (lambda msg: print(f"  ... {msg}", file=sys.stderr)),
+        **kwargs,
+    )
+    print(format_report(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    """Add ``bandcore bench``."""
+    p = subparsers.add_parser("bench", help="benchmark the backends against the published solver and a copy")
+    p.add_argument("--n", type=int, default=1_000_000, help="number of float32 log-probs (default 1M)")
+    p.add_argument("--delta", type=float, default=0.05, help="trust-region radius (default 0.05)")
+    p.add_argument("--divergences", nargs="+", help="divergences to time (default kl tv pearson hellinger js)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats, best is kept (default 5)")
+    p.add_argument("--oracle-points", type=int, default=256, help="points checked against mpmath (default 256)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the input generator (default 0)")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    p.add_argument(
+        "--torch-threads", type=int, help="torch intra-op threads (on a loaded machine 1 avoids spin contention)"
+    )
+    p.add_argument("--quick", action="store_true", help="small run (20k tokens, 16 oracle points) for tests")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
+    p.set_defaults(handler=_main)
