@@ -67,6 +67,8 @@ def test_a_few_steps_run_end_to_end_and_write_metrics(tmp_path):
     assert written[1:] == lines
     first, last = written[0], written[-1]
     assert {"warmup_loss", "eval_accuracy", "eval_pass_at_k", "eval_entropy", "eval_fork_frac"} <= first.keys()
+    # π(answer) is a product that includes π(first answer token), prompt by prompt, so also in the mean
+    assert 0.0 < first["eval_answer_prob"] <= first["eval_first_token_prob"] <= 1.0
     for key in ("reward", "entropy", "clipfrac", "clipfrac_high", "clipfrac_low", "approx_kl", "band_width",
                 "final_abs_log_ratio", "time_step_s", "band_cost_frac", "eval_reward", "eval_pass_at_k"):
         assert key in last, key
@@ -178,12 +180,19 @@ def test_compare_on_a_micro_budget_writes_summary_and_plots(tmp_path, capsys):
         for key in ("reward", "entropy", "pass_at_k"):
             assert set(entry[key]) == {"mean", "std", "per_seed"} and len(entry[key]["per_seed"]) == 2
     assert "band_cost_frac" in summary["methods"]["band-kl"]
+    for key in ("reward_auc", "reward_early", "reward_mid", "reward_late", "entropy_early", "entropy_late"):
+        assert len(summary["methods"]["clip"][key]["per_seed"]) == 2, key
+    assert summary["paired"]["reference"] == "clip" and set(summary["paired"]) == {"reference", "clip-higher",
+                                                                                     "band-kl"}
+    assert summary["regime"]["updates_per_batch"] == MICRO["ppo_epochs"] * MICRO["minibatches"]
+    assert 0.0 < summary["regime"]["start_answer_prob"] <= summary["regime"]["start_first_token_prob"]
     # identical starts: every method's step-0 line (the warmed-up policy) is the same for a seed
     starts = {name: read_metrics(out / "runs" / name / "seed0" / METRICS_FILE)[0] for name in summary["methods"]}
     assert len({json.dumps({k: v for k, v in s.items() if k not in TIMING_FIELDS}) for s in starts.values()}) == 1
     for stem in ("reward", "entropy", "clipfrac"):
         assert (out / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "band-kl" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "reward AUC" in printed and "band-kl - clip: reward AUC" in printed
     # --resume keeps the finished runs
     before = (out / "runs" / "clip" / "seed0" / METRICS_FILE).read_text()
     assert main(["train", "--compare", "--resume", "--out", str(out), "--seeds", "2", "--no-progress", *micro]) == 0
@@ -192,3 +201,40 @@ def test_compare_on_a_micro_budget_writes_summary_and_plots(tmp_path, capsys):
         from bandcore.rl.compare import compare
 
         compare(tmp_path / "bad", overrides={"method": "band"}, seeds=1)
+
+
+def _synthetic_run(rewards, entropies, final):
+    lines = [{"step": 0, "eval_reward": 0.1, "eval_entropy": 0.5, "eval_pass_at_k": 0.2, "eval_accuracy": 0.1,
+              "eval_fork_frac": 0.4, "eval_answer_prob": 0.05, "eval_first_token_prob": 0.1}]
+    for step, (reward, entropy) in enumerate(zip(rewards, entropies, strict=True), start=1):
+        lines.append({"step": step, "reward": reward, "entropy": entropy, "clipfrac": 0.1,
+                      "final_abs_log_ratio": 0.2})
+    lines[-1].update({"eval_reward": final, "eval_entropy": 0.3, "eval_pass_at_k": 0.9, "eval_accuracy": final})
+    return lines
+
+
+def test_summary_curve_metrics_and_paired_differences_by_hand():
+    from bandcore.rl.compare import summarise
+
+    entropy = [0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
+    runs = {
+        "clip": [_synthetic_run([0, 0, 0.5, 0.5, 1, 1], entropy, 0.9),
+                 _synthetic_run([0, 0, 0, 0, 0.5, 0.5], entropy, 0.5)],
+        "band-kl": [_synthetic_run([0.5, 0.5, 1, 1, 1, 1], entropy, 0.95),
+                    _synthetic_run([0, 0.5, 0.5, 0.5, 0.5, 1], entropy, 0.6)],
+    }
+    summary = summarise(runs, TrainConfig(**MICRO), seeds=2)
+    band, clip = summary["methods"]["band-kl"], summary["methods"]["clip"]
+    assert clip["reward_auc"]["per_seed"] == pytest.approx([0.5, 1 / 6])
+    assert band["reward_auc"]["per_seed"] == pytest.approx([5 / 6, 0.5])
+    # thirds of six steps: steps 1-2, 3-4, 5-6
+    assert clip["reward_early"]["per_seed"] == [0.0, 0.0] and band["reward_early"]["per_seed"] == [0.5, 0.25]
+    assert clip["reward_late"]["per_seed"] == [1.0, 0.5]
+    assert clip["entropy_mid"]["mean"] == pytest.approx(0.35)
+    paired = summary["paired"]["band-kl"]["reward_auc"]
+    assert paired["per_seed"] == pytest.approx([1 / 3, 1 / 3]) and paired["ahead"] == 2
+    assert paired["t"] is None  # identical differences: no spread, no t statistic
+    final = summary["paired"]["band-kl"]["reward"]
+    assert final["mean"] == pytest.approx(0.075) and final["t"] == pytest.approx(3.0)  # 0.075 / (0.0354 / √2)
+    assert summary["regime"]["start_answer_prob"] == 0.05
+    assert summary["regime"]["abs_log_ratio"]["clip"] == pytest.approx(0.2)

@@ -233,20 +233,24 @@ def warm_up(policy: Policy, task: Task, config: TrainConfig, generator: torch.Ge
 
 @torch.no_grad()
 def evaluate(policy: Policy, task: Task, config: TrainConfig) -> dict[str, float]:
-    """Sample ``eval_k`` completions for each of ``eval_prompts`` fixed prompts (the same for every run).
+    r"""Sample ``eval_k`` completions for each of ``eval_prompts`` fixed prompts (the same for every run).
 
     Returns ``eval_reward`` (mean reward), ``eval_accuracy`` (fraction exactly right), ``eval_pass_at_k``
     (fraction of prompts with at least one exactly right completion among k), ``eval_entropy`` (mean token
-    entropy of the sampling distribution) and ``eval_fork_frac`` (fraction of completion tokens whose entropy
-    exceeds 0.1 nat: the decisions that are still open).  Uses private generators, so the training random
-    streams are untouched.
+    entropy of the sampling distribution), ``eval_fork_frac`` (fraction of completion tokens whose entropy
+    exceeds 0.1 nat: the decisions that are still open), and from one teacher-forced pass over the correct
+    answers ``eval_answer_prob`` (mean over prompts of :math:`\pi(\text{answer})`, how rare the rewarded
+    strategy is) and ``eval_first_token_prob`` (mean of :math:`\pi(\text{first answer token})`, the fork of
+    ``reverse``).  Uses private generators, so the training random streams are untouched.
     """
     device = policy.to_model.device
     prompt_generator = torch.Generator().manual_seed(2**31 - 1)  # fixed eval set
     sample_generator = torch.Generator(device=device).manual_seed(config.seed + 7919)
-    prompts = task.prompts(config.eval_prompts, prompt_generator).repeat_interleave(config.eval_k, dim=0)
-    prompts = prompts.to(device)
+    unique = task.prompts(config.eval_prompts, prompt_generator).to(device)
+    prompts = unique.repeat_interleave(config.eval_k, dim=0)
     policy.model.eval()
+    answers = torch.cat([policy.to_model[unique], policy.to_model[task.answers(unique)]], dim=1)
+    answer_log_prob, _ = completion_log_probs(policy.model, answers, task.prompt_len, config.temperature)
     completions = sample(policy, policy.to_model[prompts], task.max_new_tokens, config.temperature, sample_generator)
     sequences = torch.cat([policy.to_model[prompts], completions], dim=1)
     _, entropy = completion_log_probs(policy.model, sequences, task.prompt_len, config.temperature)
@@ -260,6 +264,8 @@ def evaluate(policy: Policy, task: Task, config: TrainConfig) -> dict[str, float
         "eval_pass_at_k": float(correct.view(-1, config.eval_k).amax(dim=1).mean()),
         "eval_entropy": float(masked_mean(entropy, mask)),
         "eval_fork_frac": float(masked_mean((entropy > 0.1).float(), mask)),
+        "eval_answer_prob": float(answer_log_prob.sum(dim=1).exp().mean()),
+        "eval_first_token_prob": float(answer_log_prob[:, 0].exp().mean()),
     }
 
 
@@ -553,11 +559,18 @@ def _handle(args: argparse.Namespace) -> int:
 
         summary = compare(args.out, overrides=_given(args), seeds=args.seeds, quick=args.quick,
                           resume=args.resume, progress=not args.no_progress, threads=args.threads)
-        print(f"{'method':<12} {'reward':>15} {'entropy':>15} {'pass@' + str(summary['eval_k']):>15}")
+        columns = {"reward": "reward", "entropy": "entropy", "pass_at_k": f"pass@{summary['eval_k']}",
+                   "reward_auc": "reward AUC", "reward_early": "reward early", "entropy_late": "entropy late"}
+        print(f"{'method':<12} " + " ".join(f"{label:>15}" for label in columns.values()))
         for name, entry in summary["methods"].items():
-            keys = ("reward", "entropy", "pass_at_k")
-            cells = [f"{entry[key]['mean']:.3f} ± {entry[key]['std']:.3f}" for key in keys]
+            cells = [f"{entry[key]['mean']:.3f} ± {entry[key]['std']:.3f}" for key in columns]
             print(f"{name:<12} " + " ".join(f"{cell:>15}" for cell in cells))
+        reference = summary["paired"]["reference"]
+        for name in summary["methods"]:
+            if name != reference:
+                auc = summary["paired"][name]["reward_auc"]
+                print(f"{name} - {reference}: reward AUC {auc['mean']:+.3f} ± {auc['std']:.3f}, ahead on "
+                      f"{auc['ahead']}/{summary['seeds']} seeds")
         print(f"summary: {Path(args.out) / 'summary.json'} ({summary['wall_time_s']:.0f} s)")
         return 0
     if args.quick:
@@ -582,7 +595,7 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output directory (metrics.jsonl, checkpoint.pt, plots)")
     p.add_argument("--compare", action="store_true", help="train clip, clip-higher and band-kl over several seeds")
     p.add_argument("--quick", action="store_true", help="with --compare: the small budget (a few minutes on CPU)")
-    p.add_argument("--seeds", type=int, default=3, help="with --compare: number of seeds (default 3)")
+    p.add_argument("--seeds", type=int, help="with --compare: number of seeds (default 5)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--max-steps", type=int, dest="max_steps", help="stop after this step (resume later)")
     p.add_argument("--no-progress", action="store_true", dest="no_progress", help="no progress bar")
