@@ -18,7 +18,6 @@ import csv
 import hashlib
 import io
 import json
-import math
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import numpy as np
 __all__ = ["FORMAT", "FORMAT_VERSION", "SUFFIXES", "TableFileError", "checksum", "read_table", "write_table"]
 
 FORMAT = "bandcore-table"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: tables in L = -log p on octave cells (1: x = logit p)
 SUFFIXES = (".npz", ".safetensors", ".json", ".csv")
 _METADATA_KEY = "__metadata__"
 
@@ -167,8 +166,3 @@ def read_table(path: str | Path, required: tuple[str, ...] = ()) -> tuple[dict[s
             "the file was modified or damaged"
         )
     return arrays, metadata
-
-
-def finite_or_none(value: float) -> float | None:
-    """JSON has no infinities: a saturation threshold that never occurs is stored as ``null``."""
-    return None if not math.isfinite(value) else float(value)

@@ -19,6 +19,9 @@ exact slope used by the Hermite interpolants,
 
 from :math:`\partial_r g = p[\tilde f'(r) - \tilde f'(s)]`,
 :math:`\partial_p g = \tilde f(r) - \tilde f(s) + \tilde f'(s)(1-r)/(1-p)` and :math:`dp/dx = p(1-p)`.
+Tables interpolate in :math:`L = -\log p` (:mod:`bandcore.tables`); since :math:`dx/dL = -1/(1-p)`,
+
+.. math::  \frac{dy}{dL} = -\frac{1}{1-p}\,\frac{dy}{dx}, \qquad 1 - p = -\mathrm{expm1}(-L).
 """
 
 from __future__ import annotations
@@ -69,8 +72,12 @@ class GeneratorPieces:
             a = np.where(np.isneginf(y), self.f_at_zero, self.A(y))
             return p * a + one_minus_p * self.T(t_s)
 
-    def dy_dx(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Slope of a root :math:`y = \\log r(x)` of :math:`g_f = \\delta` (implicit differentiation)."""
+    def dy_dx(self, x: np.ndarray, y: np.ndarray, kink: np.ndarray | bool = False) -> np.ndarray:
+        """Slope of a root :math:`y = \\log r(x)` of :math:`g_f = \\delta` (implicit differentiation).
+
+        Where ``kink`` is true the point is the saturation threshold itself and the slope is the unsaturated
+        branch's (one-sided), not the saturated :math:`-(1-p)`.
+        """
         with np.errstate(all="ignore"):
             one_minus_p = np.exp(log_p_of_x(-x))
             em1 = np.expm1(y)
@@ -82,7 +89,7 @@ class GeneratorPieces:
             b = np.where(np.isfinite(b), b, np.exp(y) * self.Tp(em1))
             slope = -num / (b - np.exp(y) * tp)
             # s = 0 to double precision (t_s = -1): y = -log p to the last bit, so dy/dx = -(1-p)
-            return np.where(t_s <= -1.0, -one_minus_p, slope)
+            return np.where((t_s <= -1.0) & ~np.asarray(kink, dtype=bool), -one_minus_p, slope)
 
     def dr_dx(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Slope of a root in ratio form, :math:`dr/dx = -(1-p)\\,\\partial_p g / (p^{-1}\\partial_r g)`; valid at
@@ -94,6 +101,14 @@ class GeneratorPieces:
             tp = self.Tp(t_s)
             num = one_minus_p * (self.T(r_minus_1) - self.T(t_s)) - tp * r_minus_1
             return -num / (self.Tp(r_minus_1) - tp)
+
+    def slope_in_L(self, L: np.ndarray, y: np.ndarray, ratio: bool = False, kink=False) -> np.ndarray:
+        """:math:`dy/dL` (or :math:`dr/dL` with ``ratio``) of a root at :math:`L = -\\log p`, from the x-slopes
+        (``kink``: see :meth:`dy_dx`)."""
+        x = x_of_log_p(-np.asarray(L, dtype=np.float64))
+        with np.errstate(all="ignore"):
+            slope = self.dr_dx(x, y) if ratio else self.dy_dx(x, y, kink)
+            return slope / np.expm1(-L)  # dx/dL = -1/(1-p) and 1 - p = -expm1(-L)
 
 
 def _lambdify(expr: sp.Expr, var: sp.Symbol):
@@ -124,29 +139,29 @@ def pieces(divergence: str | Divergence) -> GeneratorPieces:
     )
 
 
-def saturation_threshold(divergence: str | Divergence, delta: float, side: str, x_range: tuple[float, float]):
-    """The :math:`x_t` where ``side`` (``"upper"``/``"lower"``) starts to saturate, by bisection at 50 digits.
+def saturation_threshold(divergence: str | Divergence, delta: float, side: str, L_range: tuple[float, float]):
+    """The :math:`L^* = -\\log p^*` where ``side`` (``"upper"``/``"lower"``) starts to saturate (50-digit bisection).
 
-    The upper bound is saturated (:math:`r = 1/p`) iff :math:`g_f(p, 1/p) \\le \\delta`, for :math:`x \\ge x_t`;
-    the lower one (:math:`r = 0`) iff :math:`g_f(p, 0) \\le \\delta`, for :math:`x \\le x_t`.  Returns ``None``
-    when the side never saturates in ``x_range``, ``"all"`` when it saturates on all of it.
+    The upper bound is saturated (:math:`r = 1/p`) iff :math:`g_f(p, 1/p) \\le \\delta`, for :math:`L \\le L^*`;
+    the lower one (:math:`r = 0`) iff :math:`g_f(p, 0) \\le \\delta`, for :math:`L \\ge L^*`.  Returns ``None``
+    when the side never saturates in ``L_range``, ``"all"`` when it saturates on all of it.
     """
     div = get_divergence(divergence)
     if div.f_at_zero == sp.oo:
         return None
 
-    def saturated(x: float) -> bool:
+    def saturated(L: float) -> bool:
         with mp.workdps(50):
-            log_p = -mp.log1p(mp.exp(-mp.mpf(x)))  # log p = -softplus(-x)
+            log_p = -mp.mpf(L)
             y = -log_p if side == "upper" else mp.ninf
             return bool(g_mp(div, log_p, y) <= mp.mpf(delta))
 
-    lo, hi = x_range
+    lo, hi = L_range
     at_lo, at_hi = saturated(lo), saturated(hi)
     if at_lo == at_hi:
         return "all" if at_lo else None
-    inside, outside = (hi, lo) if side == "upper" else (lo, hi)
-    for _ in range(200):
+    inside, outside = (lo, hi) if side == "upper" else (hi, lo)
+    for _ in range(2000):
         mid = (inside + outside) / 2
         if mid in (inside, outside):
             break

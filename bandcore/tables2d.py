@@ -1,20 +1,30 @@
 r"""Tables over :math:`(p, \delta)`, so a trainer can anneal :math:`\delta` without rebuilding.
 
-Each bound is a bicubic Hermite (tensor-product) interpolant in :math:`(x, \ell)`, :math:`x = \operatorname{logit}
-p`, :math:`\ell = \log\delta`, with values :math:`F` and derivatives :math:`F_x, F_\ell, F_{x\ell}` at the grid
-nodes.  :math:`F_x` comes from implicit differentiation (:mod:`bandcore.table_math`), and
-:math:`\partial y/\partial\delta = 1/\partial_y g_f` with :math:`\partial_y g_f = p\,[B(y) - e^y T'(t_s)]`, so
-:math:`F_\ell = \delta\,\partial y/\partial \delta` (times :math:`1/y` for a stored :math:`\log(-y)`); the
-cross derivative is a central difference of the exact :math:`F_x` in :math:`\ell` (step :math:`10^{-4}`,
-error :math:`\sim 10^{-9}`, which enters the interpolant multiplied by :math:`h_x h_\ell/16`).
+Each bound is a tensor product: cubic Hermite in :math:`L = -\log p` on the octave grid of the 1-D tables
+(:mod:`bandcore.table_eval`), times a Chebyshev series in
 
-Because the patch is a tensor product, evaluating at one :math:`\delta` is exact in two steps: Hermite in
-:math:`\ell` at every :math:`x`-knot (values and :math:`x`-slopes) gives a 1-D table
-(:meth:`BandTable2D.at`), evaluated by the 1-D kernels.  Only divergences that never saturate
-(:math:`\tilde f(0) = \infty`, e.g. KL) are supported: elsewhere the saturation kink moves with :math:`\delta`
-and would cut through the patches.  The certificate is measured as for 1-D tables, on 11 points per
-:math:`x`-interval at :math:`\delta` a quarter, half and three quarters into every :math:`\ell`-interval
-and at the :math:`\delta` knots, times 1.25.
+.. math::  u = \frac{2\log\delta - \log\delta_{lo} - \log\delta_{hi}}{\log\delta_{hi} - \log\delta_{lo}} \in [-1, 1].
+
+At every :math:`L`-knot :math:`L_j` the stored function :math:`F` and its slope :math:`F_L` are sampled at the
+:math:`n` Chebyshev–Lobatto points :math:`u_i = \cos(\pi i/(n-1))` (exact solves, slopes by implicit
+differentiation) and stored as Chebyshev coefficients,
+:math:`F(L_j, u) = \sum_{k<n} a_{kj} T_k(u)`, :math:`F_L(L_j, u) = \sum_{k<n} b_{kj} T_k(u)`.  The bounds are
+analytic in :math:`\log\delta` (the transition near :math:`p \approx \delta` moves smoothly with
+:math:`\delta`), so the series converge geometrically and :math:`n` stays small; coefficients below
+:math:`\tau = \mathrm{target}/64` (for :math:`b_{kj}`: :math:`\tau/w_j`, :math:`w_j` the widest cell at
+:math:`L_j`) are stored as exact zeros and the others rounded to a multiple of the power of two below
+:math:`\tau/16`, so the compressed file pays neither for the zeros nor for the low mantissa bits.
+
+Evaluating at one :math:`\delta` is exact in two steps: the series at :math:`u(\delta)` gives every knot's value
+and slope, i.e. a 1-D table (:meth:`BandTable2D.at`, O(knots)), evaluated by the 1-D kernels.  Only divergences
+that never saturate (:math:`\tilde f(0) = \infty`, e.g. KL) are supported: elsewhere the saturation kink moves
+with :math:`\delta` and would cut through the cells.
+
+**Building and certificate.** Octaves are refined (as for 1-D tables) where the error at the Chebyshev nodes
+exceeds 40 % of the target, and :math:`n` grows (:math:`n \to 2n - 1`, nested nodes) while the error
+between nodes exceeds half of it.  The certificate is measured as for 1-D tables (11 points per cell and the
+tails) at every node and at :math:`\delta` a quarter, half and three quarters of the way (in angle) between
+neighbouring nodes, times 1.25.
 """
 
 from __future__ import annotations
@@ -23,130 +33,126 @@ import math
 from typing import Any
 
 import numpy as np
+from numpy.polynomial import chebyshev
 
 from .divergences import Divergence, get_divergence
+from .table_eval import octave_grid
 from .table_formats import write_table
-from .table_math import log_p_of_x, pieces
+from .table_math import pieces
 from .tables import (
     _CHECK_S,
     _GAP_FACTOR,
     _MAX_KNOTS,
+    L_RANGE,
     LOG_NEG_LOG_R,
     LOG_R,
-    METHOD,
-    X_RANGE,
     BandTable,
     TabulatedBound,
     _check_delta,
-    _hermite_log,
-    _initial_knots,
+    _check_target,
     _resolve_divergence,
     _stored,
+    bound_from_arrays,
+    bound_metadata,
     exact_solver,
+    n_octaves,
     rel_log_error,
+    tail_error,
 )
 
 __all__ = ["BandTable2D"]
 
-_H_ELL = 1e-4
+_THRESHOLD = 1 / 64  # coefficients below target/64 are stored as zeros
+_MAX_NODES = 65
 
 
-def _hermite_weights(s):
-    s2, s3 = s * s, s * s * s
-    return 2 * s3 - 3 * s2 + 1, s3 - 2 * s2 + s, 3 * s2 - 2 * s3, s3 - s2
+def _lobatto(n: int) -> np.ndarray:
+    return np.cos(np.pi * np.arange(n) / (n - 1))
 
 
 class _Surface:
-    """One bound over (x, ℓ): knots and node arrays of shape (n_ell, n_x)."""
+    """One bound over (L, u): knots, octave levels, and Chebyshev coefficients of shape (n, n_knots)."""
 
-    def __init__(self, x, ell, F, Fx, Fl, Fxl, kind):
-        self.x, self.ell, self.F, self.Fx, self.Fl, self.Fxl, self.kind = x, ell, F, Fx, Fl, Fxl, kind
+    def __init__(self, knots, levels, coef_values, coef_slopes, kind):
+        self.knots, self.levels, self.kind = knots, levels, kind
+        self.coef_values, self.coef_slopes = coef_values, coef_slopes
 
-    def at(self, ell: float) -> TabulatedBound:
-        """The 1-D bound at ``ell`` (Hermite in ℓ of values and x-slopes; clamped to the ℓ range)."""
-        i = int(np.clip(np.searchsorted(self.ell, ell) - 1, 0, len(self.ell) - 2))
-        h = self.ell[i + 1] - self.ell[i]
-        s = min(max((ell - self.ell[i]) / h, 0.0), 1.0)
-        w0, w1, w2, w3 = _hermite_weights(s)
-        values = w0 * self.F[i] + w1 * h * self.Fl[i] + w2 * self.F[i + 1] + w3 * h * self.Fl[i + 1]
-        slopes = w0 * self.Fx[i] + w1 * h * self.Fxl[i] + w2 * self.Fx[i + 1] + w3 * h * self.Fxl[i + 1]
-        sat = math.inf if self.kind == LOG_R else -math.inf
-        return TabulatedBound(self.x, values, slopes, self.kind, sat)
+    def at(self, u: float) -> TabulatedBound:
+        """The 1-D bound at ``u`` in [-1, 1]."""
+        t = chebyshev.chebvander(np.clip([u], -1.0, 1.0), len(self.coef_values) - 1)[0]
+        return TabulatedBound(self.knots, t @ self.coef_values, t @ self.coef_slopes, self.levels, self.kind)
 
 
-def _node_rows(div, ell, x, side, solve):
-    """(F, Fx, Fl, Fxl) rows at each ℓ in ``ell`` for knots x."""
-    parts = pieces(div)
-    index = 1 if side == "upper" else 0
-    kind = LOG_R if side == "upper" else LOG_NEG_LOG_R
-    log_p = log_p_of_x(x)
-    p = np.exp(log_p)
-    rows = []
-    for e in ell:
-        slopes_pm = []
-        for shift in (_H_ELL, -_H_ELL):
-            y = np.asarray(solve(log_p, div, math.exp(e + shift))[index], dtype=np.float64)
-            slopes_pm.append(_stored(kind, x, y, parts)[1])
-        y = np.asarray(solve(log_p, div, math.exp(e))[index], dtype=np.float64)
-        F, Fx = _stored(kind, x, y, parts)
-        with np.errstate(all="ignore"):
-            em1 = np.expm1(y)
-            t_s = np.maximum(-np.exp(x) * em1, -1.0)
-            b = parts.B(y)
-            b = np.where(np.isfinite(b), b, np.exp(y) * parts.Tp(em1))
-            dy_dell = math.exp(e) / (p * (b - np.exp(y) * parts.Tp(t_s)))  # δ/∂_y g
-        Fl = dy_dell if kind == LOG_R else dy_dell / y
-        rows.append((F, Fx, Fl, (slopes_pm[0] - slopes_pm[1]) / (2 * _H_ELL)))
-    return [np.array([r[k] for r in rows]) for k in range(4)]
+def _coefficients(samples: np.ndarray, cutoff: np.ndarray) -> np.ndarray:
+    """Chebyshev coefficients (n, m) interpolating ``samples`` (n Lobatto nodes, m knots), |c| < cutoff → 0,
+    and rounded to a multiple of the power of two below cutoff/16 (low mantissa bits zero: they compress)."""
+    n = len(samples)
+    coef = np.linalg.solve(chebyshev.chebvander(_lobatto(n), n - 1), samples)
+    quantum = np.exp2(np.floor(np.log2(cutoff / 16)))
+    return np.where(np.abs(coef) < cutoff, 0.0, np.round(coef / quantum) * quantum)
 
 
 def _build_surface(div, ell_range, side, target, solve, bar):
+    parts = pieces(div)
     index = 1 if side == "upper" else 0
     kind = LOG_R if side == "upper" else LOG_NEG_LOG_R
-    x = _initial_knots(*X_RANGE)
-    ell = np.linspace(ell_range[0], ell_range[1], 4)
+    a, b = L_RANGE
+    lo, hi = ell_range
 
-    def exact(xs, e):
-        return np.asarray(solve(log_p_of_x(xs), div, math.exp(e))[index], dtype=np.float64)
+    def delta_of(u):
+        return math.exp((lo + hi) / 2 + u * (hi - lo) / 2)
 
-    def check(surface, e):
-        """Per-x-interval max error at log-delta e (11 points per interval) and the error at the x-knots."""
-        bound = surface.at(e)
-        h = np.diff(x)
-        xs = (x[:-1, None] + h[:, None] * _CHECK_S[None, :]).ravel()
-        inner = rel_log_error(_hermite_log(bound, xs), exact(xs, e)).reshape(len(h), -1).max(axis=1)
-        at_knots = rel_log_error(_hermite_log(bound, x), exact(x, e)).max()
-        return inner, at_knots
+    def exact(L, u):
+        return np.asarray(solve(-L, div, delta_of(u))[index], dtype=np.float64)
 
+    def cell_errors(surface, u):
+        bound = surface.at(u)
+        xs = bound.check_points(_CHECK_S).ravel()
+        return rel_log_error(bound.log(xs), exact(xs, u)).reshape(len(bound.knots) - 1, -1).max(axis=1)
+
+    def per_octave(err, knots, n_oct):
+        out = np.zeros(n_oct)
+        np.maximum.at(out, np.frexp(knots[:-1])[1] - np.frexp(knots[0])[1], err)
+        return out
+
+    n, levels = 5, np.zeros(n_octaves(a, b), dtype=np.int64)
     while True:
-        surface = _Surface(x, ell, *_node_rows(div, ell, x, side, solve), kind)
-        arrays = (surface.F, surface.Fx, surface.Fl, surface.Fxl)
-        if not all(np.all(np.isfinite(a)) for a in arrays):
+        knots = octave_grid(a, b, levels)
+        rows = [_stored(kind, knots, exact(knots, u), parts) for u in _lobatto(n)]
+        values, slopes = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+        if not (np.all(np.isfinite(values)) and np.all(np.isfinite(slopes))):
             raise ValueError(f"{div.name} {side} bound: non-finite node data in the 2-D table")
-        # pure x error at the ℓ-knots; pure ℓ error at the x-knots; mixed error inside the cells
-        x_err = np.max([check(surface, e)[0] for e in ell], axis=0)
-        ell_err = np.zeros(len(ell) - 1)
-        cell_err = np.zeros((len(ell) - 1, len(x) - 1))
-        for i in range(len(ell) - 1):
-            for s in (0.25, 0.5, 0.75):
-                inner, at_knots = check(surface, ell[i] + s * (ell[i + 1] - ell[i]))
-                ell_err[i] = max(ell_err[i], at_knots)
-                cell_err[i] = np.maximum(cell_err[i], inner)
-        worst = max(x_err.max(), cell_err.max())
+        w = np.maximum(np.diff(knots, prepend=knots[0]), np.diff(knots, append=knots[-1]))
+        tau = target * _THRESHOLD
+        surface = _Surface(knots, levels.copy(), _coefficients(values, tau), _coefficients(slopes, tau / w), kind)
+        theta = np.pi * np.arange(n) / (n - 1)
+        node_err = per_octave(np.max([cell_errors(surface, math.cos(t)) for t in theta], axis=0), knots, len(levels))
+        mid_err = per_octave(
+            np.max([cell_errors(surface, math.cos(t)) for t in (theta[:-1] + theta[1:]) / 2], axis=0),
+            knots, len(levels),
+        )  # fmt: skip
         if bar is not None:
-            bar.set_postfix_str(f"2-D {side}: {len(x)}x{len(ell)} knots, max err {worst:.1e}")
+            worst = max(mid_err.max(), node_err.max())
+            bar.set_postfix_str(f"2-D {side}: {len(knots)} knots x {n} deltas, max err {worst:.1e}")
             bar.update(1)
-        # pure errors are held to target/4 so the mixed (cell) error rarely needs both directions split
-        split_x, split_ell = x_err > target / 4, ell_err > target / 4
-        if not (split_x.any() or split_ell.any()):
-            failing = cell_err > target / 2
-            if not failing.any():
-                return surface, float(worst), (len(x) - 1) * len(_CHECK_S) * (3 * len(ell) - 2)
-            split_x, split_ell = failing.any(axis=0), failing.any(axis=1)
-        if len(x) * len(ell) > _MAX_KNOTS * 8:
-            raise ValueError(f"{div.name} 2-D {side} bound: target {target:g} not reached (max error {worst:.2e})")
-        x = np.sort(np.concatenate([x, x[:-1][split_x] + np.diff(x)[split_x] / 2]))
-        ell = np.sort(np.concatenate([ell, ell[:-1][split_ell] + np.diff(ell)[split_ell] / 2]))
+        refine = node_err > target / 2.5
+        if refine.any():
+            levels = levels + refine
+            if levels.max() > 23 or len(octave_grid(a, b, levels)) * n > _MAX_KNOTS * 8:
+                raise ValueError(f"{div.name} 2-D {side} bound: target {target:g} not reached")
+        elif mid_err.max() > target / 2:
+            n = 2 * n - 1  # nested Lobatto nodes
+            if n > _MAX_NODES:
+                raise ValueError(f"{div.name} 2-D {side} bound: target {target:g} not reached with {n} deltas")
+        else:
+            break
+    # certificate: nodes, and a quarter, half and three quarters between them (in angle); tails at the nodes
+    gaps = np.concatenate([theta[:-1] + f * np.diff(theta) for f in (0.25, 0.5, 0.75)])
+    us = np.cos(np.concatenate([theta, gaps]))
+    worst = max(float(cell_errors(surface, u).max()) for u in us)
+    tails = max(tail_error(surface.at(u), div, delta_of(u), index) for u in (-1.0, 0.0, 1.0))
+    checked = len(us) * (len(knots) - 1) * len(_CHECK_S) + 3 * len(surface.at(0.0).tails())
+    return surface, max(worst, tails), checked
 
 
 class BandTable2D:
@@ -181,6 +187,7 @@ class BandTable2D:
         lo, hi = (_check_delta(d) for d in delta_range)
         if not lo < hi:
             raise ValueError(f"delta range must have lo < hi, got {delta_range!r}")
+        _check_target(target)
         if math.isfinite(pieces(div).f_at_zero):
             raise ValueError(
                 f"2-D tables need a divergence that never saturates (f(0) = inf, e.g. kl); {div.name} saturates "
@@ -209,19 +216,23 @@ class BandTable2D:
 
     @property
     def n_knots(self) -> int:
-        """Total number of nodes (both bounds)."""
-        return sum(len(s.x) * len(s.ell) for s in (self.lower, self.upper))
+        """Total number of stored (knot, δ-coefficient) pairs, both bounds."""
+        return sum(s.coef_values.size for s in (self.lower, self.upper))
+
+    def _u(self, delta: float) -> float:
+        lo, hi = (math.log(d) for d in self.delta_range)
+        return (2 * math.log(delta) - lo - hi) / (hi - lo)
 
     def at(self, delta: float) -> BandTable:
-        """The 1-D table at ``delta`` (within the table's range), exact restriction of the bicubic patches."""
+        """The 1-D table at ``delta`` (within the table's range), exact restriction of the tensor product."""
         delta = _check_delta(delta)
         lo, hi = self.delta_range
         if not lo * (1 - 1e-12) <= delta <= hi * (1 + 1e-12):
             raise ValueError(f"delta={delta!r} is outside this table's range [{lo:g}, {hi:g}]")
         if self._last is None or self._last[0] != delta:
-            ell = math.log(delta)
+            u = self._u(delta)
             table = BandTable(divergence=self.divergence_name, generator=self.generator, delta=delta,
-                              lower=self.lower.at(ell), upper=self.upper.at(ell), max_rel_error=self.max_rel_error,
+                              lower=self.lower.at(u), upper=self.upper.at(u), max_rel_error=self.max_rel_error,
                               target=self.target, checked_points=self.checked_points,
                               bandcore_version=self.bandcore_version)  # fmt: skip
             self._last = (delta, table)
@@ -236,7 +247,7 @@ class BandTable2D:
         return self.at(delta)(old_log_prob)
 
     def recertify(self, points_per_interval: int = 11, *, seed: int = 0, n_deltas: int = 5) -> float:
-        """Max error against the exact solver at ``n_deltas`` random δ in the range (random x points)."""
+        """Max error against the exact solver at ``n_deltas`` random δ in the range (random L points)."""
         rng = np.random.default_rng(seed)
         lo, hi = self.delta_range
         deltas = np.exp(rng.uniform(math.log(lo), math.log(hi), n_deltas))
@@ -245,21 +256,19 @@ class BandTable2D:
     def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         arrays = {}
         for side, s in (("lower", self.lower), ("upper", self.upper)):
-            arrays[f"{side}_x_knots"], arrays[f"{side}_log_delta_knots"] = s.x, s.ell
-            for name in ("F", "Fx", "Fl", "Fxl"):
-                arrays[f"{side}_{name}"] = getattr(s, name)
+            arrays[f"{side}_knots"], arrays[f"{side}_levels"] = s.knots, s.levels.astype(np.float64)
+            arrays[f"{side}_coef_values"], arrays[f"{side}_coef_slopes"] = s.coef_values, s.coef_slopes
+        middle = self.at(math.sqrt(self.delta_range[0] * self.delta_range[1]))
         metadata = {
             "table": "2d",
             "divergence": self.divergence_name,
             "generator": self.generator,
             "delta_range": list(self.delta_range),
-            "coordinate": "x = log(p) - log(1-p), l = log(delta)",
-            "method": "bicubic " + METHOD + " and of dg/ddelta = 1",
-            "node_arrays": "F, Fx = dF/dx, Fl = dF/dl, Fxl = d2F/dxdl, shape (n_l, n_x)",
-            "lower_kind": LOG_NEG_LOG_R,
-            "upper_kind": LOG_R,
-            "kinds": "0: log r, 1: r, 2: log(-log r)",
-            "x_range": list(X_RANGE),
+            **bound_metadata(middle.lower, middle.upper),
+            "delta_coordinate": "u = (2 log(delta) - log(lo) - log(hi)) / (log(hi) - log(lo))",
+            "node_arrays": "coef_values[k, j], coef_slopes[k, j]: Chebyshev T_k(u) coefficients of F and dF/dL at "
+            "knot j",
+            "coefficient_threshold": self.target * _THRESHOLD,
             "error_measure": "|Δ log r| / max(1, |log r|)",
             "max_rel_error": self.max_rel_error,
             "target": self.target,
@@ -279,11 +288,14 @@ class BandTable2D:
         try:
             surfaces = {}
             for side, kind in (("lower", LOG_NEG_LOG_R), ("upper", LOG_R)):
-                x, ell = arrays[f"{side}_x_knots"], arrays[f"{side}_log_delta_knots"]
-                nodes = [arrays[f"{side}_{n}"] for n in ("F", "Fx", "Fl", "Fxl")]
-                if any(a.shape != (len(ell), len(x)) for a in nodes) or np.any(np.diff(x) <= 0):
-                    raise TableFileError(f"{side}: node arrays do not match the knots")
-                surfaces[side] = _Surface(x, ell, *nodes, kind)
+                knots, levels = arrays[f"{side}_knots"], arrays[f"{side}_levels"]
+                cv, cs = arrays[f"{side}_coef_values"], arrays[f"{side}_coef_slopes"]
+                if cv.ndim != 2 or cv.shape != cs.shape or cv.shape[1] != len(knots) or len(cv) < 2:
+                    raise TableFileError(f"{side}: coefficient arrays do not match the knots")
+                if int(meta[f"{side}_kind"]) != kind:
+                    raise TableFileError(f"{side} kind {meta[f'{side}_kind']} is not valid for a 2-D table")
+                bound = bound_from_arrays(side, knots, cv[0], cs[0], levels, meta)  # validates the grid
+                surfaces[side] = _Surface(bound.knots, bound.levels, cv, cs, kind)
             return cls(divergence=meta["divergence"], generator=meta["generator"], delta_range=meta["delta_range"],
                        lower=surfaces["lower"], upper=surfaces["upper"], max_rel_error=meta["max_rel_error"],
                        target=meta["target"], checked_points=meta["checked_points"],
@@ -293,5 +305,5 @@ class BandTable2D:
 
     def __repr__(self) -> str:
         lo, hi = self.delta_range
-        return (f"BandTable2D({self.divergence_name!r}, delta=[{lo:g}, {hi:g}], nodes={self.n_knots}, "
+        return (f"BandTable2D({self.divergence_name!r}, delta=[{lo:g}, {hi:g}], coefficients={self.n_knots}, "
                 f"max_rel_error={self.max_rel_error:.2e})")  # fmt: skip

@@ -1,4 +1,4 @@
-"""Standalone Band lookup from a bandcore 1-D .npz table: NumPy only, no bandcore needed.
+"""Standalone Band lookup from a bandcore 1-D .npz table (format 2): NumPy only, no bandcore needed.
 Usage: python load_table.py tables/kl_delta0.05.npz -3.0 -0.1   (old log-probs) -> log r_lo, log r_up"""
 import json
 import sys
@@ -11,28 +11,26 @@ def load(path):
         return {k: z[k] for k in z.files if k != "__metadata__"}, json.loads(z["__metadata__"].tobytes())
 
 
-def bound(a, meta, side, x, log_p):
+def bound(a, meta, side, L):
     k, v, d, kind = a[side + "_knots"], a[side + "_values"], a[side + "_slopes"], meta[side + "_kind"]
-    j = np.clip(np.searchsorted(k, x) - 1, 0, len(k) - 2)
-    h = k[j + 1] - k[j]
-    s = np.clip((x - k[j]) / h, 0, 1)  # cubic Hermite in x = logit p on [k_j, k_j+1]
-    f = (2*s**3 - 3*s**2 + 1)*v[j] + (s**3 - 2*s**2 + s)*h*d[j] + (3*s**2 - 2*s**3)*v[j+1] + (s**3 - s**2)*h*d[j+1]
-    f = np.where(x < k[0], v[0] + d[0] * np.minimum(x - k[0], 0), f)  # left: linear; right: end value
+    j = np.clip(np.searchsorted(k, L) - 1, 0, len(k) - 2)
+    w = k[j + 1] - k[j]
+    s = np.clip((L - k[j]) / w, 0, 1)  # cubic Hermite in L = -log p on [k_j, k_j+1], slopes dF/dL
+    f = (2*s**3 - 3*s**2 + 1)*v[j] + (s**3 - 2*s**2 + s)*w*d[j] + (3*s**2 - 2*s**3)*v[j+1] + (s**3 - s**2)*w*d[j+1]
+    with np.errstate(invalid="ignore"):  # left of the knots: first value; right: tangent in L
+        f = np.where(L <= k[0], v[0], np.where(L >= k[-1], v[-1] + (d[-1] * (L - k[-1]) if d[-1] else 0), f))
     with np.errstate(divide="ignore", over="ignore"):
         y = f if kind == 0 else np.log(np.clip(f, 0, 1)) if kind == 1 else -np.exp(f)  # stored: log r | r | log(-log r)
     if side == "upper":
-        y, sat = np.minimum(np.maximum(y, 0), -log_p), meta["upper_saturated_at_or_above_x"]  # 1 <= r_up <= 1/p
-        return y if sat is None else np.where(x >= sat, -log_p, y)  # saturated: r = 1/p
-    sat = meta["lower_saturated_at_or_below_x"]
-    return y if sat is None else np.where(x <= sat, -np.inf, y)  # saturated: r = 0
+        y = np.minimum(np.maximum(y, 0), L)  # 1 <= r_up <= 1/p
+        return y if meta["upper_saturated_at_or_below_L"] is None else np.where(L <= k[0], L, y)  # r = 1/p
+    return y if meta["lower_saturated_at_or_above_L"] is None else np.where(L >= k[-1], -np.inf, y)  # r = 0
 
 
 def band_log(path, old_log_prob):
     a, meta = load(path)
-    lp = np.minimum(np.asarray(old_log_prob, dtype=np.float64), 0.0)
-    with np.errstate(divide="ignore"):
-        x = lp - np.log(-np.expm1(lp))  # logit p, exact near p = 1
-    return bound(a, meta, "lower", x, lp), bound(a, meta, "upper", x, lp)
+    L = np.maximum(-np.asarray(old_log_prob, dtype=np.float64), 0.0)  # L = -log p, exact
+    return bound(a, meta, "lower", L), bound(a, meta, "upper", L)
 
 
 if __name__ == "__main__":
