@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from .tables import rel_log_error
+
 __all__ = ["llm_like_log_probs", "rel_log_error", "run_bench"]
 
 _DEFAULT_DIVERGENCES = ("kl", "tv", "pearson", "hellinger", "js")
@@ -70,20 +72,6 @@ def llm_like_log_probs(n: int, seed: int = 0) -> np.ndarray:
     value = 10.0 ** (lo + (hi - lo) * u)
     log_p = np.where(part == 0, np.log1p(-value), np.log(value))
     return np.minimum(log_p, 0.0).astype(np.float32)
-
-
-def rel_log_error(approx: np.ndarray, exact: np.ndarray) -> np.ndarray:
-    r"""Element-wise :math:`|\hat y - y| / \max(1, |y|)` for log-ratio bounds ``y`` (the contract's measure).
-
-    Equal values (including both ``-inf`` for a saturated lower bound) give 0; a NaN, or an infinity where the
-    other value is finite, gives ``inf``.
-    """
-    approx = np.asarray(approx, dtype=np.float64)
-    exact = np.asarray(exact, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        err = np.abs(approx - exact) / np.maximum(1.0, np.abs(exact))
-    err = np.where(approx == exact, 0.0, err)
-    return np.where(np.isnan(err), np.inf, err)
 
 
 def _accuracy_points(x: np.ndarray, m: int, seed: int) -> np.ndarray:
