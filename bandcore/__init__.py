@@ -12,6 +12,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from .band import band, band_log  # eager (numpy only): a lazy `band` would be shadowed by the submodule
 from .divergences import Divergence, GeneratorError, get_divergence, list_divergences
 
 __version__ = "0.1.0"
@@ -20,8 +21,6 @@ __version__ = "0.1.0"
 _LAZY = {
     "derive": "bandcore.derive",
     "Derivation": "bandcore.derive",
-    "band": "bandcore.band",
-    "band_log": "bandcore.band",
     "verify": "bandcore.verify",
     "VerificationReport": "bandcore.verify",
     "BandTable": "bandcore.tables",

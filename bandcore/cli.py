@@ -16,6 +16,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("bandcore.derive", "list the catalogue of divergences"),
     "derive": ("bandcore.derive", "derive the Band of a divergence (name or formula in u)"),
     "derivations": ("bandcore.derive", "regenerate (or --check) the reports in derivations/"),
+    "train": ("bandcore.rl.train", "train a small policy with GRPO/BandPO, or --compare the clipping methods"),
+    "bench": ("bandcore.bench", "time the backends and tables against the published solver and a copy"),
+    "bounds": ("bandcore.band", "print the Band [lower, upper] of some probabilities next to PPO's clip"),
+    "table": ("bandcore.table_cli", "build, inspect, check and regenerate lookup tables"),
+    "verify": ("bandcore.verify", "check the Band against CVXPY's global optimum over the simplex"),
+    "plot": ("bandcore.plot", "draw the Band: bounds vs p, ratio bounds, clipped PPO regions"),
 }
 
 

@@ -1,0 +1,238 @@
+r"""The four numeric functions every Band solver needs, generated from a divergence's SymPy generator.
+
+The solvers (:mod:`.solver_numpy`, :mod:`.numba_backend`, :mod:`.torch_backend`) work in the offset
+:math:`d = \theta - \theta_p \ge 0` of the new logit :math:`\theta = \operatorname{logit} q` from the old one,
+and need, on the two cells of the binary reduction (the token, ratio :math:`r \ge 1`; the rest, ratio
+:math:`s \le 1`):
+
+.. math::
+    G(d) = q\,\Phi(r) + (1-p)\,\tilde f(s), \qquad
+    G'(d) = q\big[(1-q)\,\tilde f'(r) - (1-p)\,s\tilde f'(s)\big],
+
+with :math:`\Phi(u) = \tilde f(u)/u` (so that :math:`p\tilde f(r) = q\Phi(r)` never multiplies a tiny
+:math:`p` by a huge :math:`\tilde f(r)`).  This module builds, for each side, the closed expressions of
+:math:`\Phi, \tilde f'` (r side) and :math:`\tilde f, u\tilde f'` (s side) as functions of three accurate
+inputs ``(x, L, u)`` with :math:`x = u - 1`, :math:`L = \log u`, and a Taylor polynomial in :math:`x` of
+each, used for :math:`|x| <` :data:`TAYLOR_RADIUS` where the closed expression cancels; on the r side a third
+form in :math:`t = 1/u`, :math:`y = 1 - t = x/u` is used for :math:`u > 2` (``x**2/u`` would overflow at
+:math:`u \sim 10^{155}` while :math:`r` reaches :math:`1/p \sim 10^{304}`).
+
+Rules of the rewriting (each one for a numerical reason):
+
+* ``Abs`` is resolved per side by substituting :math:`u = 1 + x` with :math:`x > 0` (r) or :math:`x < 0` (s).
+* ``log(u)`` becomes ``L`` (exact even when :math:`u` underflows: KL's lower root has
+  :math:`\log s \approx -10^{302}`); on the s side negative powers :math:`u^a` become :math:`e^{aL}`
+  (no :math:`1/u` overflow when :math:`u` underflows).
+* The expression is factored and each factor :math:`u - 1` becomes ``x``: e.g. α = 3 gives
+  :math:`x^2 (u + 2)/6` instead of :math:`u^3/6 - u/2 + 1/3`, which cancels.
+* Expressions of the form :math:`x^k R(u)` with :math:`R(1) \ne 0` cannot cancel near :math:`u = 1`
+  and get no Taylor branch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import sympy as sp
+
+from ..divergences import Divergence, U, get_divergence
+
+__all__ = ["TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generator_functions"]
+
+#: Symbols of the generated functions: x = u - 1, L = log u, u; and t = 1/u, y = x/u (far branch, u > 2).
+X, L, UU, T, Y = sp.symbols("x L u t y", real=True)
+
+#: Degree of the Taylor polynomials and the radius |x| below which they replace the closed expression.
+#: Truncation at |x| = 0.1 for a series with radius of convergence >= 1 is <= 0.1**15 relative, while the
+#: closed expressions' cancellation there is <= ~eps/x**2 = 2e-14.
+TAYLOR_ORDER = 16
+TAYLOR_RADIUS = 0.1
+
+#: On the r side, x above this uses the expression in t = 1/u, y = 1 - t (no overflow, even at u = inf).
+FAR_X = 1.0
+
+#: Names of the four functions, in the order the solvers use them.
+FUNCTION_NAMES = ("phi_r", "dphi_r", "f_s", "k_s")
+
+
+@dataclass(frozen=True)
+class SideFunction:
+    """One generated function of (x, L, u): a closed expression and, if it can cancel, a Taylor polynomial."""
+
+    name: str
+    closed: sp.Expr
+    taylor: sp.Expr | None  # polynomial in x (Horner form) or None
+    far: sp.Expr | None  # r side only: the expression in (t, y, L), used for x > FAR_X
+    at_infinity: float | None = None  # r side only: limit u -> oo (where ``far`` is NaN at u = inf)
+
+    def math_source(self) -> str:
+        """Python source (module ``math``) of ``name(x, L, u)``, with the branch switches; Numba compiles it."""
+        lines = [f"def {self.name}(x, L, u):"]
+        if self.taylor is not None:
+            lines.append(f"    if abs(x) < {TAYLOR_RADIUS!r}:")
+            lines.append(f"        return {_pycode(self.taylor)}")
+        if self.far is not None:
+            lines.append(f"    if x > {FAR_X!r}:")
+            lines.append("        t = 1.0 / u")
+            lines.append("        y = 1.0 - t")
+            lines += _cse_lines(self.far, "f_", indent=8)[:-1]
+            lines.append(f"        value = {_pycode(_cse_reduced(self.far))}")
+            lines.append("        if math.isnan(value) and u == math.inf:  # e.g. 0*log(inf): take the limit")
+            lines.append(f"            return {_float_literal(self.at_infinity)}")
+            lines.append("        return value")
+        lines += _cse_lines(self.closed, "c_", indent=4)
+        return "\n".join(lines) + "\n"
+
+
+def _float_literal(value: float) -> str:
+    return "math.inf" if value == float("inf") else repr(value)
+
+
+def _cse_reduced(expr: sp.Expr) -> sp.Expr:
+    return sp.cse(expr, symbols=sp.numbered_symbols("f_"))[1][0]
+
+
+def _cse_lines(expr: sp.Expr, prefix: str, indent: int) -> list[str]:
+    pad = " " * indent
+    subs, (reduced,) = sp.cse(expr, symbols=sp.numbered_symbols(prefix))
+    return [f"{pad}{sym} = {_pycode(value)}" for sym, value in subs] + [f"{pad}return {_pycode(reduced)}"]
+
+
+def _pycode(expr: sp.Expr) -> str:
+    return sp.pycode(expr, fully_qualified_modules=True, standard="python3")
+
+
+@dataclass(frozen=True)
+class GeneratorFunctions:
+    r"""Everything a solver needs about one divergence, as SymPy expressions and float constants.
+
+    Attributes
+    ----------
+    divergence : Divergence
+    phi_r, dphi_r : SideFunction
+        :math:`\Phi(u) = \tilde f(u)/u` and :math:`\tilde f'(u)` for :math:`u \ge 1` (the token's ratio r).
+    f_s, k_s : SideFunction
+        :math:`\tilde f(u)` and :math:`u\tilde f'(u)` for :math:`u \le 1` (the ratio s of the other tokens).
+    f_at_zero : float
+        :math:`\tilde f(0^+)` (``inf`` when the lower bound never saturates).
+    slope_at_infinity : float
+        :math:`\sigma_\infty = \lim_{u\to\infty}\tilde f(u)/u = \Phi(\infty)` (``inf`` for e.g. Pearson).
+    f2 : float
+        :math:`\tilde f''(1)` (0 for a kink).
+    kink : float
+        :math:`\tilde f'(1^+) - \tilde f'(1^-)` (TV: 1; 0 for smooth generators).
+    """
+
+    divergence: Divergence
+    phi_r: SideFunction
+    dphi_r: SideFunction
+    f_s: SideFunction
+    k_s: SideFunction
+    f_at_zero: float
+    slope_at_infinity: float
+    f2: float
+    kink: float
+
+    @property
+    def functions(self) -> tuple[SideFunction, SideFunction, SideFunction, SideFunction]:
+        return (self.phi_r, self.dphi_r, self.f_s, self.k_s)
+
+    def math_source(self) -> str:
+        """Source of the four scalar functions (``math`` module), for the Numba backend's generated module."""
+        return "\n\n".join(fn.math_source() for fn in self.functions)
+
+    def key(self) -> str:
+        """A stable identifier of the generated code (used to name cached modules)."""
+        import hashlib
+
+        text = "\n".join(
+            [self.math_source(), repr((self.f_at_zero, self.slope_at_infinity, self.f2, self.kink))]
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _side_expression(expr: sp.Expr, sign: int) -> sp.Expr:
+    """``expr(u)`` on one side of u = 1, in the symbols (x, L, u), cancellation-free where factoring allows."""
+    xs = sp.Symbol("xs", positive=True) if sign > 0 else sp.Symbol("xs", negative=True)
+    # resolve Abs(u - 1) etc. on this side, then go back to u
+    expr = expr.subs(U, 1 + xs).subs(xs, U - 1)
+    expr = sp.expand_log(expr, force=True)
+    expr = sp.factor(expr.xreplace({sp.log(U): L}))
+    if sign < 0:  # u**a = exp(a L) for a < 0 on the s side: no 1/u overflow when u underflows
+        expr = expr.replace(
+            lambda e: e.is_Pow and e.base == U and bool(e.exp.is_negative), lambda e: sp.exp(e.exp * L)
+        )
+    expr = expr.replace(lambda e: e.is_Pow and e.base == U - 1, lambda e: X**e.exp)
+    expr = expr.xreplace({U - 1: X})
+    return expr.xreplace({U: UU})
+
+
+def _far_expression(expr: sp.Expr) -> sp.Expr:
+    """r side, ``expr(u)`` for u > 1 in (t, y, L) with t = 1/u, y = 1 - t = x/u: no u**k overflow."""
+    xs, ts = sp.Symbol("xs", positive=True), sp.Symbol("ts", positive=True)
+    expr = expr.subs(U, 1 + xs).subs(xs, U - 1)
+    expr = sp.expand_log(expr, force=True).xreplace({sp.log(U): L})
+    expr = sp.factor(expr.subs(U, 1 / ts))
+    expr = expr.replace(lambda e: e.is_Pow and e.base == ts - 1, lambda e: (-Y) ** e.exp)
+    return expr.xreplace({ts - 1: -Y, 1 - ts: Y}).xreplace({ts: T})
+
+
+def _needs_taylor(closed: sp.Expr) -> bool:
+    """False when ``closed`` is x**k * R(u) with R(1) finite and nonzero and free of x and L (no cancellation)."""
+    factors = sp.Mul.make_args(closed)
+    rest = [f for f in factors if not (f == X or (f.is_Pow and f.base == X))]
+    remainder = sp.Mul(*rest).subs(L, sp.log(UU))
+    if remainder.has(X):
+        return True
+    value = remainder.subs(UU, 1)
+    return not (value.is_finite and value != 0)
+
+
+def _taylor(expr_u: sp.Expr, sign: int) -> sp.Expr | None:
+    """Taylor polynomial of ``expr_u`` (a function of u) around u = 1 on one side, in x, Horner form."""
+    xs = sp.Symbol("xs", positive=True) if sign > 0 else sp.Symbol("xs", negative=True)
+    series = sp.series(expr_u.subs(U, 1 + xs), xs, 0, TAYLOR_ORDER + 1).removeO()
+    poly = sp.expand(series).xreplace({xs: X})
+    if not poly.is_polynomial(X) or poly.has(sp.zoo, sp.nan, sp.oo):
+        return None
+    return sp.horner(poly, X)
+
+
+def _side_function(name: str, expr_u: sp.Expr, sign: int) -> SideFunction:
+    closed = _side_expression(expr_u, sign)
+    taylor = _taylor(expr_u, sign) if _needs_taylor(closed) else None
+    if sign < 0:
+        return SideFunction(name=name, closed=closed, taylor=taylor, far=None)
+    at_infinity = _to_float(sp.limit(expr_u, U, sp.oo))
+    return SideFunction(name, closed, taylor, far=_far_expression(expr_u), at_infinity=at_infinity)
+
+
+def _to_float(value: sp.Expr) -> float:
+    if value == sp.oo:
+        return float("inf")
+    return float(sp.N(value, 30))
+
+
+@lru_cache(maxsize=128)
+def generator_functions(divergence: str | Divergence) -> GeneratorFunctions:
+    """Build (and cache per divergence) the numeric functions of :class:`GeneratorFunctions`."""
+    div = get_divergence(divergence)
+    f = div.f_normalised
+    df = sp.diff(f, U)
+    xs_pos = sp.Symbol("xs", positive=True)
+    xs_neg = sp.Symbol("xs", negative=True)
+    right = sp.limit(df.subs(U, 1 + xs_pos), xs_pos, 0, "+")
+    left = sp.limit(df.subs(U, 1 + xs_neg), xs_neg, 0, "-")
+    f2 = _to_float(div.f2) if div.is_smooth_at_one else 0.0
+    return GeneratorFunctions(
+        divergence=div,
+        phi_r=_side_function("phi_r", f / U, +1),
+        dphi_r=_side_function("dphi_r", df, +1),
+        f_s=_side_function("f_s", f, -1),
+        k_s=_side_function("k_s", U * df, -1),
+        f_at_zero=_to_float(div.f_at_zero),
+        slope_at_infinity=_to_float(div.slope_at_infinity),
+        f2=f2,
+        kink=_to_float(right - left),
+    )

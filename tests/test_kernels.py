@@ -1,0 +1,287 @@
+"""Every backend against the 50-digit oracle, plus the Band's properties (hypothesis), per backend.
+
+Contract: |Δ log r| <= 1e-12 · max(1, |log r|) for log p in [-700, 0), δ in [1e-8, 10], every divergence
+(catalogue, α-family members, user generators without closed form); saturated bounds exact.
+Oracle values are computed once per session (mpmath, ~0.05 s per point).
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath as mp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bandcore import Divergence, band_log, get_divergence
+from bandcore.kernels import numpy_backend
+from bandcore.oracle import band_log_mp
+
+TOLERANCE = 1e-12
+
+CATALOGUE = ["kl", "reverse_kl", "tv", "pearson", "neyman", "hellinger", "lecam", "js"]
+ALPHAS = [3.0, 2.0, -1.0, 0.5, -2.0]
+USER = ["(u-1)**2 + (sqrt(u)-1)**2", "(u-1)**4", "u*log(u) - log(u)"]
+
+
+def _divergence(key: str) -> Divergence:
+    if key.startswith("alpha="):
+        return get_divergence("alpha", alpha=float(key.split("=")[1]))
+    if "u" in key and key not in CATALOGUE:
+        return Divergence.from_expression(key, name=key)
+    return get_divergence(key)
+
+
+ALL = CATALOGUE + [f"alpha={a:g}" for a in ALPHAS] + USER
+#: numba compiles ~2-4 s per divergence: the default run compiles a representative subset, the slow run all
+NUMBA_DEFAULT = ["kl", "tv", "js", "alpha=-2", "u*log(u) - log(u)"]
+
+LOG_P = np.array([-700.0, -50.0, -3.0, -0.3, -1e-3, -1e-12, -1e-300])
+DELTAS = [1e-8, 0.05, 10.0]
+LOG_P_SLOW = np.array([-700.0, -300.0, -60.0, -20.0, -7.0, -2.0, -0.7, -0.1, -1e-2, -1e-5, -1e-9, -1e-16, -1e-200])
+DELTAS_SLOW = [1e-8, 1e-5, 1e-2, 0.3, 2.0, 10.0]
+
+_ORACLE: dict[tuple[str, float], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def oracle(key: str, log_p: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndarray]:
+    """(log r_lo, log r_up) at 50 digits, as mpf object arrays; cached for the session."""
+    cache_key = (key, delta, log_p.tobytes())
+    if cache_key not in _ORACLE:
+        div = _divergence(key)
+        pairs = [band_log_mp(div, float(x), delta) for x in log_p]
+        _ORACLE[cache_key] = (
+            np.array([lo for lo, _ in pairs], dtype=object),
+            np.array([up for _, up in pairs], dtype=object),
+        )
+    return _ORACLE[cache_key]
+
+
+def relative_errors(got: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """|got - ref| / max(1, |ref|); exact match required where the reference is infinite (saturation)."""
+    errors = np.empty(got.shape)
+    for i, (g, r) in enumerate(zip(got, reference, strict=True)):
+        if mp.isinf(r):
+            errors[i] = 0.0 if g == float(r) else np.inf
+        else:
+            errors[i] = float(abs(mp.mpf(float(g)) - r) / max(1, abs(r))) if np.isfinite(g) else np.inf
+    return errors
+
+
+def check_against_oracle(key: str, backend: str, log_p: np.ndarray, deltas: list[float]) -> float:
+    div = _divergence(key)
+    worst = 0.0
+    for delta in deltas:
+        lower, upper = band_log(log_p, div, delta, backend=backend)
+        ref_lower, ref_upper = oracle(key, log_p, delta)
+        for side, got, ref in (("lower", lower, ref_lower), ("upper", upper, ref_upper)):
+            errors = relative_errors(got, ref)
+            bad = np.flatnonzero(errors > TOLERANCE)
+            assert bad.size == 0, (
+                f"{key} {backend} {side} delta={delta}: log p={log_p[bad]} got {got[bad]} "
+                f"oracle {[mp.nstr(ref[i], 17) for i in bad]} (errors {errors[bad]})"
+            )
+            worst = max(worst, float(errors.max()))
+    return worst
+
+
+@pytest.mark.parametrize("key", ALL)
+def test_numpy_matches_oracle(key):
+    check_against_oracle(key, "numpy", LOG_P, DELTAS)
+
+
+@pytest.mark.parametrize("key", ALL)
+def test_torch_matches_oracle(key):
+    pytest.importorskip("torch")
+    check_against_oracle(key, "torch", LOG_P, DELTAS)
+
+
+@pytest.mark.parametrize("key", NUMBA_DEFAULT)
+def test_numba_matches_oracle(key):
+    check_against_oracle(key, "numba", LOG_P, DELTAS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["numpy", "numba", "torch"])
+@pytest.mark.parametrize("key", ALL)
+def test_backends_match_oracle_on_large_grid(key, backend):
+    check_against_oracle(key, backend, LOG_P_SLOW, DELTAS_SLOW)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Backends agree with each other on many random tokens (cheap: no oracle)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _llm_like_log_probs(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    head = -rng.exponential(0.05, n // 2)  # most tokens near p = 1
+    tail = -rng.exponential(6.0, n - n // 2)  # a heavy tail
+    return np.concatenate([head, tail, [0.0, -1e-300, -700.0]])
+
+
+@pytest.mark.parametrize("key", ["kl", "hellinger", "js", "alpha=3", "(u-1)**4"])
+def test_backends_agree_on_llm_like_tokens(key):
+    div = _divergence(key)
+    log_p = _llm_like_log_probs(4000)
+    reference = band_log(log_p, div, 0.05, backend="numpy")
+    backends = ["torch", "numba"] if key in NUMBA_DEFAULT else ["torch"]
+    for backend in backends:
+        for ref, got in zip(reference, band_log(log_p, div, 0.05, backend=backend), strict=True):
+            finite = np.isfinite(ref)
+            assert np.array_equal(finite, np.isfinite(got)) and np.array_equal(ref[~finite], got[~finite])
+            error = np.abs(got[finite] - ref[finite]) / np.maximum(1, np.abs(ref[finite]))
+            assert error.max() <= 2 * TOLERANCE, (backend, error.max())
+
+
+def test_torch_iteration_count_suffices():
+    """The reference converges within the fixed torch iteration count on the contract's hardest corners."""
+    from bandcore.kernels.torch_backend import ITERATIONS
+
+    log_p = -np.logspace(-300, np.log10(700), 120)
+    log_q = np.log(-np.expm1(log_p))
+    worst = 0
+    for key in ["kl", "reverse_kl", "pearson", "neyman", "hellinger", "js", "alpha=-2", "u*log(u) - log(u)"]:
+        fns = numpy_backend.numpy_functions(_divergence(key))
+        for delta in [1e-8, 1e-3, 1.0, 10.0]:
+            for a, b, force in ((log_p, log_q, log_q < numpy_backend.LOG_P_TINY), (log_q, log_p, None)):
+                keep = ~(force if force is not None else np.zeros(a.shape, bool))
+                keep &= numpy_backend._g_saturated(fns, a, np.exp(b)) > delta
+                for i in np.flatnonzero(keep):
+                    _, used = numpy_backend._solve_offset(fns, a[i : i + 1], b[i : i + 1], delta)
+                    worst = max(worst, used)
+    assert worst <= ITERATIONS - 4, worst
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Properties (hypothesis), per backend
+# ------------------------------------------------------------------------------------------------------------
+
+PROPERTY_KEYS = ["kl", "tv", "hellinger", "js", "alpha=-2", "(u-1)**2 + (sqrt(u)-1)**2"]
+log_probs = st.floats(min_value=-700.0, max_value=-1e-300, allow_nan=False)
+deltas = st.floats(min_value=1e-8, max_value=10.0, allow_nan=False)
+
+
+def at_most(a, b) -> bool:
+    """a <= b up to a relative 1e-12 of rounding (infinite values compared exactly)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    finite = np.isfinite(a) & np.isfinite(b)
+    a_f, b_f = np.where(finite, a, 0.0), np.where(finite, b, 0.0)
+    return bool(np.all((a <= b) | (finite & (a_f - b_f <= 1e-12 * np.maximum(1.0, np.abs(b_f))))))
+
+
+def _backend_ids():
+    return ["numpy", "torch", "numba"]
+
+
+@pytest.mark.parametrize("backend", _backend_ids())
+@pytest.mark.parametrize("key", PROPERTY_KEYS)
+@settings(max_examples=25, deadline=None)
+@given(a=log_probs, b=log_probs, delta=deltas, scale=st.floats(min_value=1.0, max_value=100.0))
+def test_band_properties(key, backend, a, b, delta, scale):
+    if backend == "numba" and key not in NUMBA_DEFAULT:
+        backend = "numpy"
+    div = _divergence(key)
+    lo_p, hi_p = min(a, b), max(a, b)
+    lower, upper = band_log(np.array([lo_p, hi_p]), div, delta, backend=backend)
+    # lower <= 1 <= upper, and inside the simplex: r <= 1/p
+    assert np.all(lower <= 0) and np.all(upper >= 0)
+    assert upper[0] <= -lo_p and upper[1] <= -hi_p
+    # upper non-increasing and lower non-decreasing in p (a relative 1e-12 wobble is rounding)
+    assert at_most(upper[1], upper[0]) and at_most(lower[0], lower[1])
+    # nested in delta
+    wide_lower, wide_upper = band_log(np.array([lo_p, hi_p]), div, min(delta * scale, 10.0), backend=backend)
+    assert at_most(upper, wide_upper) and at_most(wide_lower, lower)
+
+
+@pytest.mark.parametrize("backend", _backend_ids())
+@pytest.mark.parametrize("key", PROPERTY_KEYS)
+@settings(max_examples=25, deadline=None)
+@given(p=st.floats(min_value=1e-6, max_value=1 - 1e-6), delta=deltas)
+def test_mirror_symmetry(key, backend, p, delta):
+    """q_lo(p) = 1 - q_up(1 - p)."""
+    if backend == "numba" and key not in NUMBA_DEFAULT:
+        backend = "numpy"
+    div = _divergence(key)
+    log_p = math.log(p)
+    log_mirror = math.log1p(-p)
+    lower, _ = band_log(np.array([log_p]), div, delta, backend=backend)
+    _, upper_mirror = band_log(np.array([log_mirror]), div, delta, backend=backend)
+    q_lo = math.exp(log_p + lower[0])
+    q_up_mirror = math.exp(log_mirror + upper_mirror[0])
+    assert abs(q_lo - (1 - q_up_mirror)) <= 1e-12
+
+
+@pytest.mark.parametrize("key", ["kl", "hellinger", "u*log(u) - log(u)"])
+@settings(max_examples=30, deadline=None)
+@given(log_p=st.floats(min_value=-40.0, max_value=-1e-6), delta=deltas)
+def test_bounds_solve_the_band_equation(key, log_p, delta):
+    """g_f(p, r) = delta at each unsaturated bound (evaluated at 50 digits from the float result)."""
+    from bandcore.oracle import g_mp
+
+    div = _divergence(key)
+    lower, upper = band_log(np.array([log_p]), div, delta, backend="numpy")
+    with mp.workdps(50):
+        for bound, saturated in ((upper[0], upper[0] == -log_p), (lower[0], lower[0] == -np.inf)):
+            if saturated or bound == 0:
+                continue
+            g = g_mp(div, log_p, bound)
+            # dg/dlog r at the root times the admissible error in log r bounds the residual
+            step = mp.mpf(1e-12) * max(1, abs(bound))
+            slope = abs(g_mp(div, log_p, bound + step) - g) / step
+            assert abs(g - delta) <= 4 * slope * step + mp.mpf(1e-15) * delta
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The generic solver also on the divergences that have specialised kernels (kl: Halley; tv, pearson: closed)
+# ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["kl", "tv", "pearson"])
+def test_generic_solver_on_specialised_divergences(key):
+    torch = pytest.importorskip("torch")
+    from bandcore.kernels import torch_backend
+    from bandcore.kernels.numpy_backend import p_one_lower
+
+    div = _divergence(key)
+    for delta in DELTAS:
+        ref_lower, ref_upper = oracle(key, LOG_P, delta)
+        with np.errstate(all="ignore"):
+            numpy_result = numpy_backend._band_log(numpy_backend.numpy_functions(div), LOG_P, delta)
+        torch_result = torch_backend._band_log(
+            torch_backend.torch_functions(div), torch.from_numpy(LOG_P), delta, p_one_lower(div, delta)
+        )
+        for lower, upper in (numpy_result, (t.numpy() for t in torch_result)):
+            assert relative_errors(lower, ref_lower).max() <= TOLERANCE
+            assert relative_errors(upper, ref_upper).max() <= TOLERANCE
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", ["kl", "tv", "pearson"])
+def test_generic_numba_solver_on_specialised_divergences(key):
+    from bandcore.kernels.numba_backend import compiled_module
+
+    div = _divergence(key)
+    module = compiled_module(div)
+    for delta in DELTAS:
+        ref_lower, ref_upper = oracle(key, LOG_P, delta)
+        lower, upper = np.empty_like(LOG_P), np.empty_like(LOG_P)
+        module.band_log_kernel(LOG_P, delta, 0.0, lower, upper)
+        assert relative_errors(lower, ref_lower).max() <= TOLERANCE
+        assert relative_errors(upper, ref_upper).max() <= TOLERANCE
+
+
+@pytest.mark.parametrize("n", [10, 100_000])
+def test_kl_numba_table_path_and_halley_path_agree(n):
+    """Large arrays start from the δ-table and polish once; small ones run Halley from the outer bound."""
+    from bandcore.kernels import kl
+
+    log_p = _llm_like_log_probs(n, seed=3)
+    table = kl.band_log_numba(log_p, 0.05)
+    halley = kl.band_log_numpy(log_p, 0.05)
+    for a, b in zip(table, halley, strict=True):
+        finite = np.isfinite(b)
+        assert np.array_equal(a[~finite], b[~finite])
+        assert (np.abs(a[finite] - b[finite]) / np.maximum(1, np.abs(b[finite]))).max() <= 2 * TOLERANCE
