@@ -4,27 +4,19 @@ The Band of a token with old probability p is the exact interval of probability 
 keeps the whole next-token distribution inside an f-divergence trust region D_f(π‖π_old) <= δ.
 
 >>> import bandcore as bc
->>> lower, upper = bc.band(old_log_prob, "kl", delta=0.05)      # doctest: +SKIP
+>>> lower, upper = bc.band(np.log([0.08, 0.5]), "kl", delta=0.05)      # doctest: +SKIP
+
+The public functions are imported eagerly: a lazily bound ``band``/``derive``/``verify`` would be replaced by
+the submodule of the same name as soon as anything imported that submodule.
 """
 
-from __future__ import annotations
-
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
-
-from .band import band, band_log  # eager (numpy only): a lazy `band` would be shadowed by the submodule
+from .band import band, band_log
+from .derive import Derivation, derive
 from .divergences import Divergence, GeneratorError, get_divergence, list_divergences
+from .tables import BandTable
+from .verify import VerificationReport, verify
 
 __version__ = "0.1.0"
-
-# Heavy stages (SymPy solving, CVXPY, Numba) are imported on first use so `import bandcore` stays fast.
-_LAZY = {
-    "derive": "bandcore.derive",
-    "Derivation": "bandcore.derive",
-    "verify": "bandcore.verify",
-    "VerificationReport": "bandcore.verify",
-    "BandTable": "bandcore.tables",
-}
 
 __all__ = [
     "BandTable",
@@ -40,17 +32,3 @@ __all__ = [
     "list_divergences",
     "verify",
 ]
-
-if TYPE_CHECKING:
-    from .band import band, band_log
-    from .derive import Derivation, derive
-    from .tables import BandTable
-    from .verify import VerificationReport, verify
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'bandcore' has no attribute {name!r}")

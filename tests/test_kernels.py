@@ -285,3 +285,15 @@ def test_kl_numba_table_path_and_halley_path_agree(n):
         finite = np.isfinite(b)
         assert np.array_equal(a[~finite], b[~finite])
         assert (np.abs(a[finite] - b[finite]) / np.maximum(1, np.abs(b[finite]))).max() <= 2 * TOLERANCE
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba", "torch"])
+def test_overflowing_far_evaluation_is_not_taken_for_convergence(backend):
+    """α = 3 near log p = -355.7: G overflows (slope inf) at the first iterate, which must not stop Newton."""
+    torch = pytest.importorskip("torch")
+    div = get_divergence("alpha", alpha=3.0)
+    log_p = np.array([-355.6561451209393, -355.7, -355.5])
+    expected = np.array([float(band_log_mp(div, x, 0.05)[1]) for x in log_p])
+    x = torch.tensor(log_p) if backend == "torch" else log_p
+    _, upper = band_log(x, div, 0.05, backend=backend)
+    np.testing.assert_allclose(np.asarray(upper), expected, rtol=1e-12)

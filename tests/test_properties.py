@@ -110,12 +110,13 @@ def _check_root(div, log_p: float, delta: float) -> None:
         def h(y):
             return g_mp(div, log_p, y) - mp.mpf(delta)
 
-        if upper == -log_p:
-            assert h(upper) <= 0, f"{div.name}: saturated upper but g(1/p) > δ at log p={log_p!r}, δ={delta!r}"
-        else:  # inner side clamped at r = 1, outer side at the simplex r = 1/p
-            tau = 1e-11 * max(1.0, abs(upper))
-            inner, outer = max(upper - tau, 0.0), min(upper + tau, -log_p)
-            assert h(inner) <= 0 <= h(outer), f"{div.name}: upper not a root at {log_p!r}, {delta!r}"
+        # inner side clamped at r = 1, outer side at the simplex r = 1/p; upper == -log p is either saturated
+        # or the correctly rounded value of a root closer than an ulp to 1/p (KL near p = 1)
+        tau = 1e-11 * max(1.0, abs(upper))
+        inner, outer = max(upper - tau, 0.0), min(upper + tau, -log_p)
+        assert h(inner) <= 0, f"{div.name}: upper above the Band at log p={log_p!r}, δ={delta!r}"
+        if upper < -log_p:
+            assert h(outer) >= 0, f"{div.name}: upper inside the Band at log p={log_p!r}, δ={delta!r}"
         if lower == -math.inf:
             assert h(mp.ninf) <= 0, f"{div.name}: saturated lower but g(0) > δ at log p={log_p!r}, δ={delta!r}"
         else:

@@ -144,7 +144,8 @@ def solve(lp, lq, delta):
         else:
             hi = min(hi, d)
         candidate = pick(g, slope, d, lo, hi, d_prev, g_prev, delta)
-        if abs(candidate - d) <= STEP_TOLERANCE * d:
+        # a step from an overflowed G or slope (inf) says nothing about convergence
+        if abs(candidate - d) <= STEP_TOLERANCE * d and math.isfinite(g) and math.isfinite(slope):
             return candidate
         shrinking = hi >= D_MAX or not abs(candidate - d) > 0.5 * abs(d - d_prev)
         if not (candidate > lo and candidate < hi and shrinking):

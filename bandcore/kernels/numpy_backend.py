@@ -195,7 +195,8 @@ def _step(g, slope, d, state, delta):
     candidate = np.where(error_linear < error_exponential, linear, exponential)
     best = np.minimum(error_linear, error_exponential)
     candidate = np.where(np.isnan(error_power) | (error_power <= best), power, candidate)
-    converged = np.abs(candidate - d) <= STEP_TOLERANCE * d  # False for NaN
+    # False for NaN; a step from an overflowed G or slope (inf) says nothing about convergence
+    converged = (np.abs(candidate - d) <= STEP_TOLERANCE * d) & np.isfinite(g) & np.isfinite(slope)
     shrinking = (hi >= D_MAX) | ~(np.abs(candidate - d) > 0.5 * np.abs(d - d_prev))
     ok = converged | ((candidate > lo) & (candidate < hi) & shrinking)
     floor = np.where(lo > 0, lo, np.minimum(1.0, 0.125 * hi))  # d ~ 1 is the natural scale of a logit
@@ -260,7 +261,7 @@ def p_one_lower(divergence: str | Divergence, delta: float) -> float:
             else:
                 hi, step = w, -np.log(g / delta) * g / slope
             candidate = w + step
-            if abs(step) <= STEP_TOLERANCE * candidate:
+            if abs(step) <= STEP_TOLERANCE * candidate and np.isfinite(g) and np.isfinite(slope):
                 return -float(candidate)
             if not np.isfinite(candidate) or not lo < candidate < hi:
                 candidate = (lo + hi) / 2 if np.isfinite(hi) else 4 * max(w, 1.0)

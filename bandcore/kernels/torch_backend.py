@@ -137,7 +137,8 @@ def _step(g, slope, d, lo, hi, d_prev, g_prev, delta):
     candidate = torch.where(error_linear < error_exponential, linear, exponential)
     best = torch.minimum(error_linear, error_exponential)
     candidate = torch.where(error_power.isnan() | (error_power <= best), power, candidate)
-    converged = torch.abs(candidate - d) <= STEP_TOLERANCE * d
+    # a step from an overflowed G or slope (inf) says nothing about convergence
+    converged = (torch.abs(candidate - d) <= STEP_TOLERANCE * d) & torch.isfinite(g) & torch.isfinite(slope)
     shrinking = (hi >= D_MAX) | ~(torch.abs(candidate - d) > 0.5 * torch.abs(d - d_prev))
     ok = converged | ((candidate > lo) & (candidate < hi) & shrinking)
     floor = torch.where(lo > 0, lo, torch.clamp(0.125 * hi, max=1.0))  # d ~ 1: natural scale of a logit
