@@ -297,3 +297,16 @@ def test_overflowing_far_evaluation_is_not_taken_for_convergence(backend):
     x = torch.tensor(log_p) if backend == "torch" else log_p
     _, upper = band_log(x, div, 0.05, backend=backend)
     np.testing.assert_allclose(np.asarray(upper), expected, rtol=1e-12)
+
+
+def test_torch_chunks_give_the_unchunked_result(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from bandcore.kernels import torch_backend
+
+    x = -torch.logspace(-12, 2.8, 1000, dtype=torch.float64).reshape(10, 100)
+    whole = band_log(x, "hellinger", 0.05, backend="torch")
+    monkeypatch.setitem(torch_backend.CHUNK, "cpu", 64)
+    chunked = band_log(x, "hellinger", 0.05, backend="torch")
+    for a, b in zip(whole, chunked, strict=True):
+        assert a.shape == b.shape == (10, 100)
+        assert torch.equal(a, b)
