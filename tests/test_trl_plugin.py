@@ -9,13 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from trl import GRPOConfig, GRPOTrainer
 
-trl = pytest.importorskip("trl")  # the `rl` extra; CI installs it
-
-from trl import GRPOConfig, GRPOTrainer  # noqa: E402
-
-from bandcore.rl import band_policy_loss  # noqa: E402
-from bandcore.rl.trl import BandGRPOConfig, BandGRPOTrainer  # noqa: E402
+from bandcore.rl import band_policy_loss
+from bandcore.rl.trl import BandGRPOConfig, BandGRPOTrainer
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trl_grpo.py"
 # transformers 5.x deprecates a property that TRL 1.16 reads at every generation: a third-party warning

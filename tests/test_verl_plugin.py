@@ -10,15 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import verl.trainer.ppo.core_algos as core_algos  # README test command: --no-deps verl + bandcore[verl-registry]
+from omegaconf import OmegaConf
+from verl.workers.config import ActorConfig, PolicyLossConfig
 
-core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")  # CI: pip install --no-deps verl + its few imports
-
-from omegaconf import OmegaConf  # noqa: E402
-from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
-
-from bandcore.rl import band_policy_loss  # noqa: E402
-from bandcore.rl.loss import LOSS_AGG_MODES  # noqa: E402
-from bandcore.rl.verl import BandPolicyLossConfig, _bandpo, compute_policy_loss_bandpo  # noqa: E402
+from bandcore.rl import band_policy_loss
+from bandcore.rl.loss import LOSS_AGG_MODES
+from bandcore.rl.verl import BandPolicyLossConfig, _bandpo, compute_policy_loss_bandpo
 
 ROOT = Path(__file__).resolve().parents[1]
 B, T = 6, 7
