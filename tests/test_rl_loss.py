@@ -365,3 +365,24 @@ def test_bad_tensors_are_named(batch):
         band_policy_loss(log_prob, old, [1.0] * B, mask)
     with pytest.raises(ValueError, match="mask must have the shape of log_prob"):
         band_policy_loss(log_prob, old, adv, mask[:, :2])
+
+
+def test_precomputed_bounds_give_the_same_loss_and_gradient():
+    """A trainer computes the bounds once per batch and passes slices: nothing may change."""
+    gen = torch.Generator().manual_seed(3)
+    old = -torch.rand(4, 6, generator=gen, dtype=torch.float64) * 6
+    new = (old + 0.4 * torch.randn(4, 6, generator=gen, dtype=torch.float64)).requires_grad_()
+    adv = torch.randn(4, generator=gen, dtype=torch.float64)
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[1, 4:] = False
+    old_padded = torch.where(mask, old, torch.nan)  # padding may hold anything, bounds of it included
+    bounds = log_ratio_bounds(old_padded, divergence="hellinger", delta=0.1)
+    kwargs = dict(divergence="hellinger", delta=0.1, loss_agg_mode="seq-mean-token-mean")
+    loss, metrics = band_policy_loss(new, old_padded, adv, mask, **kwargs)
+    (grad,) = torch.autograd.grad(loss, new)
+    loss_pre, metrics_pre = band_policy_loss(new, old_padded, adv, mask, log_bounds=bounds, **kwargs)
+    (grad_pre,) = torch.autograd.grad(loss_pre, new)
+    assert torch.equal(loss, loss_pre) and torch.equal(grad, grad_pre)
+    assert all(torch.equal(metrics[k], metrics_pre[k]) for k in metrics)
+    with pytest.raises(ValueError, match="log_bounds must be two tensors of shape"):
+        band_policy_loss(new, old, adv, mask, log_bounds=(bounds[0][:, :3], bounds[1][:, :3]), **kwargs)

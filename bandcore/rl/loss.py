@@ -167,6 +167,7 @@ def per_token_policy_loss(
     method: str = "band",
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
+    log_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""The per-token clipped surrogate :math:`\ell_{pg}` (B, T), zero at masked positions, and the metrics.
 
@@ -188,11 +189,16 @@ def per_token_policy_loss(
     advantages = torch.where(valid, advantages, 0.0)
     log_ratio = torch.where(valid, log_prob.to(dtype) - old_log_prob, 0.0)
 
-    log_lower, log_upper = log_ratio_bounds(
-        old_log_prob, method=method, divergence=divergence, delta=delta, max_ratio=max_ratio,
-        clip_eps=clip_eps, clip_eps_high=clip_eps_high,
-    )
-    log_lower, log_upper = log_lower.to(dtype), log_upper.to(dtype)
+    if log_bounds is None:
+        log_bounds = log_ratio_bounds(
+            old_log_prob, method=method, divergence=divergence, delta=delta, max_ratio=max_ratio,
+            clip_eps=clip_eps, clip_eps_high=clip_eps_high,
+        )
+    elif any(b.shape != log_prob.shape for b in log_bounds):
+        raise ValueError(f"log_bounds must be two tensors of shape {tuple(log_prob.shape)}, "
+                         f"got {[tuple(b.shape) for b in log_bounds]}")
+    # padding of precomputed bounds may hold anything: only real tokens' bounds are used
+    log_lower, log_upper = (torch.where(valid, b.detach().to(dtype), 0.0) for b in log_bounds)
     ratio = torch.exp(log_ratio)
     # clip(r, l, u) = exp(clamp(log r, log l, log u)): no overflow at u = 1/p, log l = -inf is fine
     clipped_ratio = torch.exp(torch.clamp(log_ratio, log_lower, log_upper))
@@ -286,6 +292,7 @@ def band_policy_loss(
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
     norm_length: int | None = None,
+    log_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""PPO/GRPO clipped surrogate loss with the Band (or a fixed clip) as ratio bounds.
 
@@ -323,6 +330,10 @@ def band_policy_loss(
         (:math:`[1-\varepsilon, 1+\varepsilon_{high}]`, :math:`\varepsilon_{high}` = 0.28 by default).
     clip_eps, clip_eps_high
         :math:`\varepsilon` and :math:`\varepsilon_{high}` of the fixed clips.
+    log_bounds
+        Precomputed :math:`(\log l, \log u)`, (B, T), from :func:`log_ratio_bounds` of the same
+        ``old_log_prob`` and settings.  The bounds depend only on ``old_log_prob``, so a trainer that takes
+        several optimisation steps on one batch computes them once per batch instead of once per step.
 
     Returns
     -------
@@ -356,6 +367,6 @@ def band_policy_loss(
     """
     pg_losses, metrics = per_token_policy_loss(
         log_prob, old_log_prob, advantages, mask, divergence=divergence, delta=delta, dual_clip=dual_clip,
-        max_ratio=max_ratio, method=method, clip_eps=clip_eps, clip_eps_high=clip_eps_high,
+        max_ratio=max_ratio, method=method, clip_eps=clip_eps, clip_eps_high=clip_eps_high, log_bounds=log_bounds,
     )
     return aggregate_loss(pg_losses, mask, loss_agg_mode, norm_length=norm_length), metrics

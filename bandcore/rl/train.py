@@ -19,9 +19,9 @@ stopped with ``--max-steps`` and continued with ``--resume`` writes the same met
 run (the wall-clock fields ``time_*`` and ``band_cost_frac`` excepted).  Checkpoints hold state dicts and
 tensors only and are read with ``torch.load(..., weights_only=True)``.
 
-The Band's cost: for ``method="band"`` each step also times the bound computation
-(:func:`bandcore.rl.loss.log_ratio_bounds`, i.e. the ``band_log`` call inside the loss) on one minibatch and
-logs ``band_cost_frac`` = (number of loss calls × that time) / (time of the step without the measurement).
+The Band's cost: the bounds depend only on the old log-probs, so each step computes them once for the whole
+batch (:func:`bandcore.rl.loss.log_ratio_bounds`) and hands each minibatch its slice; for ``method="band"``
+that call is timed and ``band_cost_frac`` = its time / the step's time is logged.
 """
 
 from __future__ import annotations
@@ -298,18 +298,25 @@ def rl_step(policy: Policy, task: Task, config: TrainConfig, optimizer: torch.op
     with torch.no_grad():
         old_log_prob, entropy = completion_log_probs(model, sequences, task.prompt_len, config.temperature)
 
-    # 4. several optimisation passes over the batch, so the ratio moves away from 1
+    # 4. the ratio bounds depend only on the old log-probs: once per batch, timed (the Band's cost)
+    loss_kwargs = config.loss_kwargs()
+    bounds_start = time.perf_counter()
+    log_lower, log_upper = log_ratio_bounds(old_log_prob, **_bounds_kwargs(loss_kwargs))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    bounds_time = time.perf_counter() - bounds_start
+
+    # 5. several optimisation passes over the batch, so the ratio moves away from 1
     model.train()
     batch = sequences.shape[0]
     size = batch // config.minibatches
-    loss_kwargs = config.loss_kwargs()
     sums: dict[str, torch.Tensor] = {}
     for _ in range(config.ppo_epochs):
         order = torch.randperm(batch, generator=data_generator).to(device)
         for index in order.view(config.minibatches, size):
             log_prob, _ = completion_log_probs(model, sequences[index], task.prompt_len, config.temperature)
             loss, metrics = band_policy_loss(log_prob, old_log_prob[index], advantages[index], mask[index],
-                                             **loss_kwargs)
+                                             log_bounds=(log_lower[index], log_upper[index]), **loss_kwargs)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
@@ -340,20 +347,14 @@ def rl_step(policy: Policy, task: Task, config: TrainConfig, optimizer: torch.op
         "time_step_s": step_time,
     }
     if config.method == "band":
-        line.update(_band_cost(old_log_prob[:size], config, step_time, calls))
+        line.update({"time_band_s": bounds_time, "band_cost_frac": bounds_time / step_time})
     return line
 
 
-def _band_cost(old_log_prob: torch.Tensor, config: TrainConfig, step_time: float, calls: int) -> dict[str, float]:
-    """Time the Band computation of one minibatch (what each loss call does) against the step."""
-    synchronize = torch.cuda.synchronize if old_log_prob.is_cuda else (lambda: None)
-    synchronize()
-    start = time.perf_counter()
-    log_ratio_bounds(old_log_prob, method="band", divergence=config.divergence, delta=config.delta,
-                     max_ratio=config.max_ratio)
-    synchronize()
-    band_time = time.perf_counter() - start
-    return {"time_band_s": band_time, "band_cost_frac": calls * band_time / step_time}
+def _bounds_kwargs(loss_kwargs: dict) -> dict:
+    """The arguments of :func:`log_ratio_bounds` among the loss's keyword arguments."""
+    names = ("method", "divergence", "delta", "max_ratio", "clip_eps", "clip_eps_high")
+    return {name: loss_kwargs[name] for name in names if name in loss_kwargs}
 
 
 # --------------------------------------------------------------------------------------------------------
