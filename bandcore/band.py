@@ -96,15 +96,19 @@ def _checked_log_prob(lp: np.ndarray, check: bool) -> np.ndarray:
     positive = lp > 0
     if positive.any():
         if check:
-            beyond = lp > LOG_P_TOLERANCE
-            if beyond.any():
-                bad = lp[beyond]
-                raise ValueError(
-                    f"old_log_prob must be <= 0 (log-probabilities; up to {LOG_P_TOLERANCE:g} is read as 0), "
-                    f"got {bad.size} value(s) above, e.g. old_log_prob={float(bad.flat[0])!r}"
-                )
+            _raise_if_above(lp)
         lp = np.where(positive & (lp <= LOG_P_TOLERANCE), 0.0, lp)
     return lp
+
+
+def _raise_if_above(lp: np.ndarray) -> None:
+    beyond = lp > LOG_P_TOLERANCE
+    if beyond.any():
+        bad = lp[beyond]
+        raise ValueError(
+            f"old_log_prob must be <= 0 (log-probabilities; up to {LOG_P_TOLERANCE:g} is read as 0), "
+            f"got {bad.size} value(s) above, e.g. old_log_prob={float(bad.flat[0])!r}"
+        )
 
 
 def _numpy_kernel(backend: str):
@@ -162,6 +166,14 @@ def _compute(old_log_prob, divergence, delta, backend, check, transform):
             return lower.to(old_log_prob.dtype), upper.to(old_log_prob.dtype)
     x = _numpy_input(old_log_prob)
     backend = _check_backend(backend, False, x.size)
+    from .kernels import closed
+
+    if backend == "numba" and x.dtype in closed.FUSED_DTYPES and x.size and closed.closed_form_kind(div):
+        # tv, pearson: one fused pass (check, clamp, bounds, exp, rounding to the input dtype)
+        lower, upper, above = closed.band_fused(closed.closed_form_kind(div), x, delta, ratios=transform is _exp)
+        if check and above:
+            _raise_if_above(x)
+        return lower, upper
     lower, upper = _band_log_numpy(x, div, delta, backend, check)
     with np.errstate(over="ignore", under="ignore"):
         lower, upper = np.asarray(transform(lower)), np.asarray(transform(upper))  # 0-d stays an ndarray
