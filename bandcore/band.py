@@ -5,13 +5,13 @@ radius :math:`\delta`, the Band is the interval of ratios :math:`r = \pi/\pi_{ol
 
 .. math::  g_f(p, r) = p\,\tilde f(r) + (1-p)\,\tilde f\!\left(\frac{1 - pr}{1-p}\right) \le \delta,
 
-(:math:`\tilde f(u) = f(u) - f'(1)(u-1)`), i.e. :math:`[r_{lo}, r_{up}] \ni 1` (MATH.md §2).  The upper bound
+(:math:`\tilde f(u) = f(u) - f'(1)(u-1)`), i.e. :math:`[r_{lo}, r_{up}] \ni 1`.  The upper bound
 saturates at :math:`1/p` (all mass on the token) iff :math:`g_f(p, 1/p) \le \delta`; the lower at 0 iff
 :math:`g_f(p, 0) \le \delta`.
 
 Numerical contract (tested against the 50-digit oracle :mod:`bandcore.oracle`):
 
-* fp64: :math:`|\Delta \log r| \le 10^{-12}\max(1, |\log r|)` for :math:`\log p \in [-700, 0)` and
+* fp64: :math:`|\Delta \log r| \le 10^{-12}\max(1, |\log r|)` for every finite :math:`\log p \le 0` and
   :math:`\delta \in [10^{-8}, 10]`, every divergence (catalogue and :meth:`Divergence.from_expression`) and
   every backend.  Saturated bounds are exact: ``log_upper == -old_log_prob``, ``log_lower == -inf``.
 * fp32 / fp16 / bf16 inputs are computed in fp64 and rounded once to the input dtype (also on GPU: the torch
@@ -31,153 +31,140 @@ symmetric :math:`q_{lo}(p) = 1 - q_{up}(1-p)`.
 
 from __future__ import annotations
 
-import math
-import sys
 from typing import Any
 
 import numpy as np
 
-from .divergences import Divergence, get_divergence
+from ._contract import (
+    LOG_P_TOLERANCE,
+    Status,
+    above_tolerance_error,
+    check_backend,
+    check_delta,
+    check_log_prob_array,
+    is_torch_tensor,
+)
+from .divergences import Divergence, resolve
+from .kernels import backends
 
-__all__ = ["AUTO_NUMBA_MIN_SIZE", "BACKENDS", "DELTA_MAX", "LOG_P_TOLERANCE", "band", "band_log"]
+__all__ = ["AUTO_NUMBA_MIN_SIZE", "band", "band_log", "torch_function"]
 
-#: Accepted backends.  "auto": tensors on an accelerator → "torch"; NumPy arrays and CPU tensors → "numba"
-#: from AUTO_NUMBA_MIN_SIZE tokens on, "numpy" below (measured: below ~10^4 tokens NumPy's vectorised solver
-#: is as fast or faster than a parallel Numba launch, whose OpenMP wake-up alone costs up to ~10 ms on a
-#: busy 2-core machine; the fixed-iteration torch solver is meant for GPUs and is 10-40x slower on a CPU).
-BACKENDS = ("auto", "numpy", "numba", "torch")
+#: "auto": tensors on an accelerator -> "torch"; NumPy arrays and CPU tensors -> "numba" from this many tokens
+#: on, "numpy" below (a parallel Numba launch costs more than NumPy's vectorised solver on small inputs).
 AUTO_NUMBA_MIN_SIZE = 20_000
 
-#: log p in (0, LOG_P_TOLERANCE] is rounding noise of a log-softmax and is read as 0 (p = 1); larger
-#: positive values raise ValueError (check=True) or give NaN (check=False).
-LOG_P_TOLERANCE = 1e-6
-
-#: Largest accepted δ (the contract range is [1e-8, 10]; up to this the solvers are still exact).
-DELTA_MAX = 1e3
+#: Tokens per torch chunk: the solver keeps a few dozen chunk-sized float64 temporaries alive, so chunking
+#: bounds its memory by a constant; on an accelerator the chunk stays large enough to amortise launches.
+TORCH_CHUNK = {"cpu": 1 << 16}
+TORCH_CHUNK_ACCELERATOR = 1 << 22
 
 
-def _is_torch(x: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
+def _pick(backend: str, on_accelerator: bool, size: int) -> str:
+    if backend != "auto":
+        return backend
+    if on_accelerator:
+        return "torch"
+    return "numba" if size >= AUTO_NUMBA_MIN_SIZE else "numpy"
 
 
-def _check_delta(delta: Any) -> float:
-    if isinstance(delta, bool) or not isinstance(delta, (int, float, np.integer, np.floating)):
-        if not (hasattr(delta, "ndim") and getattr(delta, "ndim", 1) == 0):
-            raise TypeError(f"delta must be a real number, got {delta!r} ({type(delta).__name__})")
-    value = float(delta)
-    if not (math.isfinite(value) and 0 < value <= DELTA_MAX):
-        raise ValueError(f"delta must be finite with 0 < delta <= {DELTA_MAX:g}, got delta={value!r}")
-    return value
+def _entry(module: Any, div: Divergence):
+    return getattr(module, module.ENTRY_POINTS[backends.solver_kind(div)])
 
 
-def _check_backend(backend: str, on_accelerator: bool, size: int) -> str:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got backend={backend!r}")
-    if backend == "auto":
-        if on_accelerator:
-            return "torch"
-        return "numba" if size >= AUTO_NUMBA_MIN_SIZE else "numpy"
-    return backend
+def _numpy_bounds(x: np.ndarray, div: Divergence, delta: float, backend: str, check: bool, ratios: bool):
+    """(lower, upper, status) for an ndarray, outputs in the input's float dtype."""
+    dtype = x.dtype if x.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    if backend == "numba" and x.size:
+        lower, upper, status, above = backends.run_numba(div, x.astype(dtype, copy=False), delta, ratios=ratios)
+        if check and above:
+            bad = x[x > LOG_P_TOLERANCE]
+            raise above_tolerance_error(bad.size, float(bad.flat[0]))
+        return lower, upper, status
+    lp = np.asarray(x, dtype=np.float64)
+    above = lp > LOG_P_TOLERANCE
+    if check and above.any():
+        raise above_tolerance_error(int(above.sum()), float(lp[above].flat[0]))
+    lp = np.where((lp > 0) & ~above, 0.0, lp)
+    if backend == "torch":
+        import torch
 
-
-def _numpy_input(old_log_prob: Any) -> np.ndarray:
-    x = np.asarray(old_log_prob)
-    if x.dtype.kind != "f" and x.dtype.name != "bfloat16":
-        raise TypeError(
-            f"old_log_prob must be a floating-point array (log-probabilities), got dtype {x.dtype} "
-            f"(value {old_log_prob!r:.80})"
+        lower, upper, status = _torch_bounds(torch.from_numpy(lp), div, delta, ratios)
+        return lower.numpy().astype(dtype), upper.numpy().astype(dtype), status.numpy()
+    with np.errstate(all="ignore"):
+        lower, upper, status = _entry(backends.solver_module("numpy", div), div)(
+            lp, delta, backends.lower_at_one(div, delta)
         )
-    return x
+        lower, upper = (np.exp(lower), np.exp(upper)) if ratios else (lower, upper)
+    shape = lp.shape
+    return (np.asarray(lower, dtype=dtype).reshape(shape), np.asarray(upper, dtype=dtype).reshape(shape),
+            np.asarray(status, dtype=np.int8).reshape(shape))
 
 
-def _checked_log_prob(lp: np.ndarray, check: bool) -> np.ndarray:
-    """fp64 log p with (0, tol] clamped to 0; with check=True values above tol raise."""
-    positive = lp > 0
-    if positive.any():
-        if check:
-            _raise_if_above(lp)
-        lp = np.where(positive & (lp <= LOG_P_TOLERANCE), 0.0, lp)
-    return lp
+def torch_function(divergence: Any, delta: float):
+    """A pure tensor function ``old_log_prob_fp64 -> (log_lower, log_upper, status)`` for one (divergence, δ).
 
+    Everything symbolic is resolved here, so the function holds only torch ops with a fixed iteration count
+    and no host synchronisation: pass it to ``torch.compile``.  Input conventions as :func:`band_log` with
+    ``check=False`` (values in (0, tol] must already be clamped to 0).
+    """
+    div, delta = resolve(divergence), check_delta(delta)
+    solve = _entry(backends.solver_module("torch", div), div)
+    at_one = backends.lower_at_one(div, delta)
 
-def _raise_if_above(lp: np.ndarray) -> None:
-    beyond = lp > LOG_P_TOLERANCE
-    if beyond.any():
-        bad = lp[beyond]
-        raise ValueError(
-            f"old_log_prob must be <= 0 (log-probabilities; up to {LOG_P_TOLERANCE:g} is read as 0), "
-            f"got {bad.size} value(s) above, e.g. old_log_prob={float(bad.flat[0])!r}"
-        )
+    def kernel(old_log_prob):
+        lower, upper, status = solve(old_log_prob, delta, at_one)
+        return lower, upper, status
 
-
-def _numpy_kernel(backend: str):
-    if backend == "numpy":
-        from .kernels.numpy_backend import band_log as kernel
-    elif backend == "numba":
-        from .kernels.numba_backend import band_log as kernel
-    else:
-        from .kernels.torch_backend import band_log_numpy as kernel
     return kernel
 
 
-def _band_log_numpy(x: np.ndarray, div: Divergence, delta: float, backend: str, check: bool):
-    lp = _checked_log_prob(np.asarray(x, dtype=np.float64), check)
-    if lp.size == 0:
-        return np.empty(lp.shape), np.empty(lp.shape)
-    return _numpy_kernel(backend)(div, lp, delta)
-
-
-def _band_log_torch(x, div: Divergence, delta: float, backend: str, check: bool):
+def _torch_bounds(lp, div: Divergence, delta: float, ratios: bool):
+    """(lower, upper, status) in float64 / int8 on lp's device, solved in chunks (no host synchronisation)."""
     import torch
 
-    if not torch.is_floating_point(x):
-        raise TypeError(f"old_log_prob must be a floating-point tensor (log-probabilities), got dtype {x.dtype}")
+    kernel = torch_function(div, delta)
+    chunk = TORCH_CHUNK.get(lp.device.type, TORCH_CHUNK_ACCELERATOR)
+    flat = lp.reshape(-1)
+    lower = torch.empty(flat.shape, dtype=torch.float64, device=flat.device)
+    upper = torch.empty_like(lower)
+    status = torch.empty(flat.shape, dtype=torch.int8, device=flat.device)
+    for start in range(0, flat.numel(), chunk):  # a loop over chunks, never over tokens
+        lo, up, st = kernel(flat[start : start + chunk])
+        lower[start : start + chunk] = lo.exp() if ratios else lo
+        upper[start : start + chunk] = up.exp() if ratios else up
+        status[start : start + chunk] = st.to(torch.int8)
+    return lower.reshape(lp.shape), upper.reshape(lp.shape), status.reshape(lp.shape)
+
+
+def _tensor_bounds(x, div: Divergence, delta: float, backend: str, check: bool, ratios: bool):
+    import torch
+
     with torch.no_grad():
         lp = x.detach().to(torch.float64)
         if check:  # one host synchronisation, at the boundary only (check=False avoids it)
-            beyond = lp > LOG_P_TOLERANCE
-            if bool(beyond.any()):
-                raise ValueError(
-                    f"old_log_prob must be <= 0 (log-probabilities; up to {LOG_P_TOLERANCE:g} is read as 0), "
-                    f"got {int(beyond.sum())} value(s) above, e.g. old_log_prob={float(lp[beyond][0])!r}"
-                )
-        lp = torch.where((lp > 0) & (lp <= LOG_P_TOLERANCE), torch.zeros_like(lp), lp)
-        if lp.numel() == 0:
-            return torch.empty_like(lp), torch.empty_like(lp)
+            above = lp > LOG_P_TOLERANCE
+            if bool(above.any()):
+                raise above_tolerance_error(int(above.sum()), float(lp[above][0]))
         if backend == "torch":
-            from .kernels.torch_backend import band_log as kernel
+            lp = torch.where((lp > 0) & (lp <= LOG_P_TOLERANCE), 0.0, lp)
+            lower, upper, status = _torch_bounds(lp, div, delta, ratios)
+        else:
+            lower, upper, status = _numpy_bounds(lp.cpu().numpy(), div, delta, backend, False, ratios)
+            lower, upper, status = (torch.from_numpy(v).to(x.device) for v in (lower, upper, status))
+        return lower.to(x.dtype), upper.to(x.dtype), status
 
-            return kernel(div, lp, delta)
-        lower, upper = _numpy_kernel(backend)(div, lp.cpu().numpy(), delta)
-        return torch.from_numpy(lower).to(lp.device), torch.from_numpy(upper).to(lp.device)
 
-
-def _compute(old_log_prob, divergence, delta, backend, check, transform):
-    div = get_divergence(divergence)
-    delta = _check_delta(delta)
-    if _is_torch(old_log_prob):
-        backend = _check_backend(backend, old_log_prob.device.type != "cpu", old_log_prob.numel())
-        lower, upper = _band_log_torch(old_log_prob, div, delta, backend, check)
-        import torch
-
-        with torch.no_grad():
-            lower, upper = transform(lower), transform(upper)
-            return lower.to(old_log_prob.dtype), upper.to(old_log_prob.dtype)
-    x = _numpy_input(old_log_prob)
-    backend = _check_backend(backend, False, x.size)
-    from .kernels import closed
-
-    if backend == "numba" and x.dtype in closed.FUSED_DTYPES and x.size and closed.closed_form_kind(div):
-        # tv, pearson: one fused pass (check, clamp, bounds, exp, rounding to the input dtype)
-        lower, upper, above = closed.band_fused(closed.closed_form_kind(div), x, delta, ratios=transform is _exp)
-        if check and above:
-            _raise_if_above(x)
-        return lower, upper
-    lower, upper = _band_log_numpy(x, div, delta, backend, check)
-    with np.errstate(over="ignore", under="ignore"):
-        lower, upper = np.asarray(transform(lower)), np.asarray(transform(upper))  # 0-d stays an ndarray
-        return lower.astype(x.dtype, copy=False), upper.astype(x.dtype, copy=False)
+def _compute(old_log_prob, divergence, delta, backend, check, ratios, return_status):
+    div = resolve(divergence)
+    delta = check_delta(delta)
+    backend = check_backend(backend)
+    x = check_log_prob_array(old_log_prob)
+    if is_torch_tensor(x):
+        backend = _pick(backend, x.device.type != "cpu", x.numel())
+        result = _tensor_bounds(x, div, delta, backend, check, ratios)
+    else:
+        result = _numpy_bounds(x, div, delta, _pick(backend, False, x.size), check, ratios)
+    return result if return_status else result[:2]
 
 
 def band_log(
@@ -187,7 +174,8 @@ def band_log(
     *,
     backend: str = "auto",
     check: bool = True,
-) -> tuple[Any, Any]:
+    return_status: bool = False,
+) -> tuple[Any, ...]:
     r"""Log-ratio bounds :math:`(\log r_{lo}, \log r_{up})` of the Band, element-wise.
 
     Parameters
@@ -196,26 +184,28 @@ def band_log(
         :math:`\log \pi_{old}(a)` of the sampled tokens, any shape, floating dtype (fp64, fp32, fp16, bf16).
         Python floats and lists are accepted (→ ndarray).  Integer dtypes raise :class:`TypeError`.
     divergence : str or Divergence
-        Name or alias (``"kl"``, ``"bandtv"``, ...) or a :class:`~bandcore.Divergence` (e.g. from
-        :meth:`Divergence.from_expression`).
+        Any spelling of the grammar: a name or alias (``"kl"``, ``"bandtv"``), ``"alpha(0.5)"``, a formula in
+        ``u`` or a :class:`~bandcore.Divergence`.
     delta : float
-        Trust-region radius :math:`\delta`, finite, :math:`0 < \delta \le` :data:`DELTA_MAX`.
+        Trust-region radius :math:`\delta`, finite, :math:`0 < \delta \le 1000`.
     backend : {"auto", "numpy", "numba", "torch"}
-        Which solver; all meet the same contract.  "auto" picks torch for tensors on an accelerator, and for
-        NumPy arrays and CPU tensors Numba from :data:`AUTO_NUMBA_MIN_SIZE` tokens on, NumPy below (the
-        first Numba call of a divergence compiles its kernel, ~2-10 s, cached on disk).
+        Which binding of the one solver; all meet the same contract.  "auto" picks torch for tensors on an
+        accelerator, and for NumPy arrays and CPU tensors Numba from :data:`AUTO_NUMBA_MIN_SIZE` tokens on,
+        NumPy below (the first Numba call of a divergence compiles its kernel, cached on disk).
     check : bool
-        Raise :class:`ValueError` for :math:`\log p >` :data:`LOG_P_TOLERANCE` (a torch input then costs one
-        host synchronisation); with ``False`` such entries give NaN.
+        Raise :class:`ValueError` for :math:`\log p > 10^{-6}` (a torch input then costs one host
+        synchronisation); with ``False`` such entries give NaN and status ``INVALID_INPUT``.
+    return_status : bool
+        Also return the per-element :class:`~bandcore.Status` codes (int8, same shape).
 
     Returns
     -------
-    (log_lower, log_upper)
+    (log_lower, log_upper) or (log_lower, log_upper, status)
         Same kind (ndarray / tensor), shape and dtype as the input (torch: same device, no gradient);
         :math:`\log r_{lo} \le 0 \le \log r_{up}`, ``-inf`` for a saturated lower bound and exactly
         ``-old_log_prob`` for a saturated upper one.  See the module docstring for the full contract.
     """
-    return _compute(old_log_prob, divergence, delta, backend, check, lambda v: v)
+    return _compute(old_log_prob, divergence, delta, backend, check, False, return_status)
 
 
 def band(
@@ -225,69 +215,15 @@ def band(
     *,
     backend: str = "auto",
     check: bool = True,
-) -> tuple[Any, Any]:
+    return_status: bool = False,
+) -> tuple[Any, ...]:
     r"""Ratio bounds :math:`(r_{lo}, r_{up})` of the Band: ``exp`` of :func:`band_log`, rounded once.
 
     Same arguments and contract as :func:`band_log`; a saturated lower bound is 0 and a saturated upper one
     :math:`1/p`.  The KL lower bound underflows to 0 for :math:`\delta \gg p` (it is about
     :math:`e^{-1-\delta/p}`): use :func:`band_log` when that matters.
     """
-    return _compute(old_log_prob, divergence, delta, backend, check, _exp)
+    return _compute(old_log_prob, divergence, delta, backend, check, True, return_status)
 
 
-def _exp(values):
-    if _is_torch(values):
-        return values.exp()
-    return np.exp(values)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# `bandcore bounds`
-# ------------------------------------------------------------------------------------------------------------
-
-
-def register_cli(subparsers) -> None:
-    """Add ``bandcore bounds``."""
-    parser = subparsers.add_parser(
-        "bounds",
-        help="print the Band [lower, upper] for some token probabilities, next to PPO's clip",
-        description="Print the Band of each token probability p, its Δπ range, and PPO's [1-ε, 1+ε].",
-    )
-    parser.add_argument("--divergence", default="kl", help="name, alias or formula in u (default: kl)")
-    parser.add_argument("--delta", type=float, default=0.05, help="trust-region radius δ (default: 0.05)")
-    parser.add_argument("--p", type=float, nargs="+", default=[0.001, 0.08, 0.5, 0.99], help="probabilities")
-    parser.add_argument("--eps", type=float, default=0.2, help="PPO clip ε for comparison (default: 0.2)")
-    parser.set_defaults(handler=_bounds_command)
-
-
-def _resolve_divergence(text: str) -> Divergence:
-    try:
-        return get_divergence(text)
-    except ValueError:
-        if "u" not in text:
-            raise
-        return Divergence.from_expression(text)
-
-
-def _bounds_command(args) -> int:
-    div = _resolve_divergence(args.divergence)
-    p = np.asarray(args.p, dtype=np.float64)
-    if np.any(~(p > 0) | ~(p <= 1)):
-        raise ValueError(f"--p values must lie in (0, 1], got {args.p}")
-    if not (math.isfinite(args.eps) and 0 < args.eps < 1):
-        raise ValueError(f"--eps must lie in (0, 1), got {args.eps!r}")
-    lower, upper = band(np.log(p), div, args.delta)
-    print(f"Band of {div.name} at delta = {args.delta:g}   (PPO clip eps = {args.eps:g})")
-    header = (
-        f"{'p':>10} {'lower':>12} {'upper':>12} {'dpi_min':>12} {'dpi_max':>12}   "
-        f"{'ppo_lower':>9} {'ppo_upper':>9} {'ppo_dpi_min':>11} {'ppo_dpi_max':>11}"
-    )
-    print(header)
-    lo_ppo, up_ppo = 1 - args.eps, 1 + args.eps
-    for pi, lo, up in zip(p, lower, upper, strict=True):
-        ppo_up = min(up_ppo, 1 / pi)  # PPO cannot raise π above 1 either
-        print(
-            f"{pi:>10.4g} {lo:>12.6g} {up:>12.6g} {pi * (lo - 1):>12.6g} {pi * (up - 1):>12.6g}   "
-            f"{lo_ppo:>9.4g} {ppo_up:>9.4g} {pi * (lo_ppo - 1):>11.4g} {pi * (ppo_up - 1):>11.4g}"
-        )
-    return 0
+Status = Status  # re-exported: the per-element status codes

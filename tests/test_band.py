@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import bandcore as bc
-from bandcore.band import DELTA_MAX, LOG_P_TOLERANCE
+from bandcore._contract import DELTA_MAX, LOG_P_TOLERANCE
 from bandcore.cli import main
 from bandcore.oracle import band_log_mp
 
@@ -252,12 +252,17 @@ def test_unknown_divergence_and_backend():
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch's own
 def test_torch_compile():
-    from bandcore.kernels.torch_backend import band_log_function
+    from bandcore.band import torch_function
 
     # fullgraph: no graph break, so no host synchronisation; "eager" skips inductor's (minutes-long) CPU codegen
-    compiled = torch.compile(band_log_function("kl", 0.05), backend="eager", dynamic=False, fullgraph=True)
     x = torch.tensor([-0.01, -2.0, -50.0, 0.0], dtype=torch.float64)
-    lower, upper = compiled(x)
+    for name in ("kl", "hellinger", "tv"):
+        compiled = torch.compile(torch_function(name, 0.05), backend="eager", dynamic=False, fullgraph=True)
+        lower, upper, _ = compiled(x)
+        ref_lower, ref_upper = bc.band_log(x.numpy(), name, 0.05, backend="numpy")
+        assert close(lower.numpy(), ref_lower, 1e-13) and close(upper.numpy(), ref_upper, 1e-13)
+    compiled = torch.compile(torch_function("kl", 0.05), backend="eager", dynamic=False, fullgraph=True)
+    lower, upper, _ = compiled(x)
     ref_lower, ref_upper = bc.band_log(x.numpy(), "kl", 0.05, backend="numpy")
     assert close(lower.numpy(), ref_lower, 1e-13) and close(upper.numpy(), ref_upper, 1e-13)
 

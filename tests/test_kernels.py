@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bandcore import Divergence, band_log, get_divergence
-from bandcore.kernels import numpy_backend
+from bandcore.band import torch_function
+from bandcore.kernels import backends
 from bandcore.oracle import band_log_mp
 
 TOLERANCE = 1e-12
@@ -136,23 +137,14 @@ def test_backends_agree_on_llm_like_tokens(key):
             assert error.max() <= 2 * TOLERANCE, (backend, error.max())
 
 
-def test_torch_iteration_count_suffices():
-    """The reference converges within the fixed torch iteration count on the contract's hardest corners."""
-    from bandcore.kernels.torch_backend import ITERATIONS
-
+@pytest.mark.parametrize("backend", ["numpy", "numba", "torch"])
+def test_iteration_budget_suffices(backend):
+    """Every backend runs the one iteration loop: no token of the contract's hardest corners exhausts it."""
     log_p = -np.logspace(-300, np.log10(700), 120)
-    log_q = np.log(-np.expm1(log_p))
-    worst = 0
-    for key in ["kl", "reverse_kl", "pearson", "neyman", "hellinger", "js", "alpha=-2", "u*log(u) - log(u)"]:
-        fns = numpy_backend.numpy_functions(_divergence(key))
+    for key in ["reverse_kl", "neyman", "hellinger", "js", "alpha=-2", "u*log(u) - log(u)"]:
         for delta in [1e-8, 1e-3, 1.0, 10.0]:
-            for a, b, force in ((log_p, log_q, log_q < numpy_backend.LOG_P_TINY), (log_q, log_p, None)):
-                keep = ~(force if force is not None else np.zeros(a.shape, bool))
-                keep &= numpy_backend._g_saturated(fns, a, np.exp(b)) > delta
-                for i in np.flatnonzero(keep):
-                    _, used = numpy_backend._solve_offset(fns, a[i : i + 1], b[i : i + 1], delta)
-                    worst = max(worst, used)
-    assert worst <= ITERATIONS - 4, worst
+            _, _, status = band_log(log_p, _divergence(key), delta, backend=backend, return_status=True)
+            assert not np.any(np.asarray(status) == -2), (key, delta)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -242,18 +234,16 @@ def test_bounds_solve_the_band_equation(key, log_p, delta):
 @pytest.mark.parametrize("key", ["kl", "tv", "pearson"])
 def test_generic_solver_on_specialised_divergences(key):
     torch = pytest.importorskip("torch")
-    from bandcore.kernels import torch_backend
-    from bandcore.kernels.numpy_backend import p_one_lower
-
     div = _divergence(key)
     for delta in DELTAS:
         ref_lower, ref_upper = oracle(key, LOG_P, delta)
+        at_one = backends.lower_at_one(div, delta)
         with np.errstate(all="ignore"):
-            numpy_result = numpy_backend._band_log(numpy_backend.numpy_functions(div), LOG_P, delta)
-        torch_result = torch_backend._band_log(
-            torch_backend.torch_functions(div), torch.from_numpy(LOG_P), delta, p_one_lower(div, delta)
+            numpy_result = backends.solver_module("numpy", div, "generic").generic_bounds(LOG_P, delta, at_one)
+        torch_result = backends.solver_module("torch", div, "generic").generic_bounds(
+            torch.from_numpy(LOG_P), delta, at_one
         )
-        for lower, upper in (numpy_result, (t.numpy() for t in torch_result)):
+        for lower, upper, _ in (numpy_result, (t.numpy() for t in torch_result)):
             assert relative_errors(lower, ref_lower).max() <= TOLERANCE
             assert relative_errors(upper, ref_upper).max() <= TOLERANCE
 
@@ -261,27 +251,24 @@ def test_generic_solver_on_specialised_divergences(key):
 @pytest.mark.slow
 @pytest.mark.parametrize("key", ["kl", "tv", "pearson"])
 def test_generic_numba_solver_on_specialised_divergences(key):
-    from bandcore.kernels.numba_backend import compiled_module
-
     div = _divergence(key)
-    module = compiled_module(div)
+    module = backends.numba_module(div, "generic")
     for delta in DELTAS:
         ref_lower, ref_upper = oracle(key, LOG_P, delta)
         lower, upper = np.empty_like(LOG_P), np.empty_like(LOG_P)
-        module.band_log_kernel(LOG_P, delta, 0.0, lower, upper)
+        status = np.empty(LOG_P.shape, dtype=np.int8)
+        module.band_kernel(LOG_P, delta, backends.lower_at_one(div, delta), False, lower, upper, status)
         assert relative_errors(lower, ref_lower).max() <= TOLERANCE
         assert relative_errors(upper, ref_upper).max() <= TOLERANCE
 
 
 @pytest.mark.parametrize("n", [10, 100_000])
-def test_kl_numba_table_path_and_halley_path_agree(n):
-    """Large arrays start from the δ-table and polish once; small ones run Halley from the outer bound."""
-    from bandcore.kernels import kl
-
+def test_kl_numba_and_numpy_agree(n):
+    """The one KL solver source, bound to Numba (parallel) and NumPy, on LLM-like tokens."""
     log_p = _llm_like_log_probs(n, seed=3)
-    table = kl.band_log_numba(log_p, 0.05)
-    halley = kl.band_log_numpy(log_p, 0.05)
-    for a, b in zip(table, halley, strict=True):
+    fast = band_log(log_p, "kl", 0.05, backend="numba")
+    reference = band_log(log_p, "kl", 0.05, backend="numpy")
+    for a, b in zip(fast, reference, strict=True):
         finite = np.isfinite(b)
         assert np.array_equal(a[~finite], b[~finite])
         assert (np.abs(a[finite] - b[finite]) / np.maximum(1, np.abs(b[finite]))).max() <= 2 * TOLERANCE
@@ -301,11 +288,11 @@ def test_overflowing_far_evaluation_is_not_taken_for_convergence(backend):
 
 def test_torch_chunks_give_the_unchunked_result(monkeypatch):
     torch = pytest.importorskip("torch")
-    from bandcore.kernels import torch_backend
+    import bandcore.band as band_module
 
     x = -torch.logspace(-12, 2.8, 1000, dtype=torch.float64).reshape(10, 100)
     whole = band_log(x, "hellinger", 0.05, backend="torch")
-    monkeypatch.setitem(torch_backend.CHUNK, "cpu", 64)
+    monkeypatch.setitem(band_module.TORCH_CHUNK, "cpu", 64)
     chunked = band_log(x, "hellinger", 0.05, backend="torch")
     for a, b in zip(whole, chunked, strict=True):
         assert a.shape == b.shape == (10, 100)

@@ -1,9 +1,41 @@
-"""RL adapters for the Band: the policy loss (torch only) and plug-ins for TRL and verl.
+"""RL for language models with the Band: the policy loss (torch only) and plug-ins for TRL and verl.
 
-``from bandcore.rl import band_policy_loss`` imports torch and nothing else; the plug-ins live in
-:mod:`bandcore.rl.trl` and :mod:`bandcore.rl.verl` and import their framework when imported themselves.
+``import bandcore.rl`` imports nothing (not even torch); the names below are loaded on first use
+(PEP 562), so ``from bandcore.rl import band_policy_loss`` imports torch and :mod:`bandcore.rl.loss` only.
+
+- :mod:`bandcore.rl.loss`: :func:`band_policy_loss`, :func:`per_token_policy_loss`, :func:`aggregate_loss`;
+- :mod:`bandcore.rl.bounds`: :func:`log_ratio_bounds`, the per-token bounds (the Band or a fixed clip);
+- :mod:`bandcore.rl.trl`, :mod:`bandcore.rl.verl`: the plug-ins (each imports its framework when imported);
+- :mod:`bandcore.rl.toy`: a small GRPO/BandPO trainer on verifiable toy tasks (``bandcore train``).
 """
 
-from .loss import aggregate_loss, band_policy_loss, log_ratio_bounds, per_token_policy_loss
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .bounds import log_ratio_bounds
+    from .loss import aggregate_loss, band_policy_loss, per_token_policy_loss
 
 __all__ = ["aggregate_loss", "band_policy_loss", "log_ratio_bounds", "per_token_policy_loss"]
+
+_LAZY = {
+    "aggregate_loss": "loss",
+    "band_policy_loss": "loss",
+    "per_token_policy_loss": "loss",
+    "log_ratio_bounds": "bounds",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -9,19 +9,25 @@ For a sampled token with old log-probability :math:`\log p` (``old_log_prob``), 
     \ell_{pg} = \max\bigl(-A\,r,\; -A\,\operatorname{clip}(r, l, u)\bigr),
 
 and, with dual clip :math:`c > 1` (Ye et al. 2020), :math:`\ell_{pg} \leftarrow \min(\ell_{pg}, -A\,c)` where
-:math:`A < 0`.  The bounds :math:`[l, u]` depend on ``method``:
+:math:`A < 0`.  The bounds :math:`[l, u]` come from :func:`bandcore.rl.bounds.log_ratio_bounds` (the Band, or
+a fixed clip) and carry no gradient.  The comparison is done in log space,
+:math:`\operatorname{clip}(r, l, u) = \exp(\operatorname{clamp}(\text{log\_ratio}, \log l, \log u))`, so a
+saturated lower bound (:math:`\log l = -\infty`) or a huge upper bound (:math:`u = 1/p`) never overflows.  The
+ratio itself is not clamped (verl clamps the log-ratio to ±20; we do not change the gradient).
 
-- ``"band"`` (BandPO): the Band of :math:`p`, the exact interval of ratios that keeps the whole next-token
-  distribution inside the f-divergence trust region :math:`D_f(\pi\|\pi_{old}) \le \delta`
-  (:func:`bandcore.band_log`, see ``MATH.md``); ``"kl"`` is :math:`KL(\pi_{old}\|\pi)`, the paper's direction;
-- ``"clip"`` (PPO/GRPO): :math:`[1-\varepsilon, 1+\varepsilon_{high}]`, :math:`\varepsilon_{high}` defaulting
-  to :math:`\varepsilon`;
-- ``"clip-higher"`` (DAPO): the same with :math:`\varepsilon_{high}` defaulting to 0.28.
+Input contract (checked at the boundary by :func:`check_policy_loss_inputs`; ``check=False`` skips the value
+checks, which cost one host synchronisation): ``mask`` non-negative and not NaN; at unmasked tokens finite
+advantages, :math:`\log p \le 10^{-6}` (:data:`bandcore._contract.LOG_P_TOLERANCE`; :math:`(0, 10^{-6}]` is read
+as 0) and, for given ``log_bounds``, :math:`\log l \le \log u`, neither NaN.  Masked positions may hold anything.
 
-``max_ratio`` caps :math:`u` for every method.  The bounds carry no gradient.  The comparison is done in log
-space, :math:`\operatorname{clip}(r, l, u) = \exp(\operatorname{clamp}(\text{log\_ratio}, \log l, \log u))`,
-so a saturated lower bound (:math:`\log l = -\infty`) or a huge upper bound (:math:`u = 1/p`) never overflows.
-The ratio itself is not clamped (verl clamps the log-ratio to ±20; we do not change the gradient).
+Tokens the sampler could not have produced: :math:`\log p = -\infty` at an unmasked token makes
+:math:`r = \pi/0` infinite, and no trust region is defined there.  Such a token is *dropped from the surrogate*:
+its :math:`\ell_{pg}` is exactly 0 and so is its gradient (the dual clip does not apply), while it keeps its
+weight in the aggregation's token counts (the mask is not changed).  It counts as clipped above in
+``clipfrac_high`` / ``clipfrac`` and their fixed-clip twins, whatever the sign of :math:`A` (its gradient is
+zeroed like that of a token above :math:`u`), and it is left out of the means of :math:`-\log r`,
+:math:`r - 1 - \log r`, :math:`r` and :math:`u - l` (``approx_kl``, ``approx_kl_k3``, ``ratio_mean``,
+``band_width``), which are over the tokens with a finite ratio.
 
 Reference: BandPO (Band-constrained policy optimisation); PPO (Schulman et al. 2017); DAPO (Yu et al. 2025);
 Dr. GRPO (Liu et al. 2025).
@@ -34,96 +40,23 @@ from typing import Any
 
 import torch
 
-__all__ = ["LOSS_AGG_MODES", "METHODS", "aggregate_loss", "band_policy_loss", "log_ratio_bounds",
-           "per_token_policy_loss"]
+from bandcore._contract import LOG_P_TOLERANCE
 
-METHODS = ("band", "clip", "clip-higher")
+from .bounds import CLIP_HIGHER_EPS, FIXED_CLIP, METHODS, check_real, log_ratio_bounds
+
+__all__ = ["CLIP_HIGHER_EPS", "FIXED_CLIP", "LOSS_AGG_MODES", "METHODS", "aggregate_loss", "band_policy_loss",
+           "check_policy_loss_inputs", "log_ratio_bounds", "per_token_policy_loss"]
+
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
                   "seq-mean-token-sum-norm")
 
-#: The fixed clip every metric is compared against: PPO's [0.8, 1.2].
-FIXED_CLIP = (0.8, 1.2)
-#: clip-higher's default ε_high (DAPO).
-CLIP_HIGHER_EPS = 0.28
+
+def _shape(x: torch.Tensor) -> tuple[int, ...]:
+    return tuple(x.shape)
 
 
-def _check_positive_float(name: str, value: Any, *, above: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    value = float(value)
-    if not (math.isfinite(value) and value > above):
-        raise ValueError(f"{name} must be a finite number > {above:g}, got {value!r}")
-    return value
-
-
-def _band_log(old_log_prob: torch.Tensor, divergence: Any, delta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``bandcore.band_log`` on a tensor; a temporary CPU bridge while its torch kernel is being written."""
-    from bandcore.band import band_log
-
-    try:
-        # check=False: no host synchronisation (the caller clamps log p <= 0; NaN stays NaN)
-        return band_log(old_log_prob, divergence, delta, check=False)
-    except ModuleNotFoundError:
-        lo, up = band_log(old_log_prob.cpu().to(torch.float64).numpy(), divergence, delta, backend="auto",
-                          check=False)
-        return torch.from_numpy(lo).to(old_log_prob), torch.from_numpy(up).to(old_log_prob)
-
-
-def log_ratio_bounds(
-    old_log_prob: torch.Tensor,
-    *,
-    method: str = "band",
-    divergence: Any = "kl",
-    delta: float = 0.05,
-    max_ratio: float | None = None,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Per-token :math:`(\log l, \log u)` for ``method`` (see the module docstring), without gradient.
-
-    Parameters
-    ----------
-    old_log_prob
-        :math:`\log p` of the sampled tokens under the sampling policy, any shape, floating point.
-        Values in :math:`(0, \text{tiny}]` from rounding are read as :math:`\log p = 0`; NaN stays NaN.
-    method
-        ``"band"``, ``"clip"`` or ``"clip-higher"``.
-    divergence, delta
-        The Band's f-divergence (name, alias or :class:`bandcore.Divergence`) and radius :math:`\delta > 0`.
-    max_ratio
-        Optional cap :math:`u \le` ``max_ratio`` (> 1), for every method.
-    clip_eps, clip_eps_high
-        :math:`\varepsilon \in (0, 1)` and :math:`\varepsilon_{high} > 0` of the fixed clips.
-
-    Returns
-    -------
-    (log_lower, log_upper)
-        Tensors shaped like ``old_log_prob``, same device and dtype; ``log_lower`` may be ``-inf``.
-    """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if max_ratio is not None:
-        max_ratio = _check_positive_float("max_ratio", max_ratio, above=1.0)
-    old_log_prob = old_log_prob.detach()
-    if method == "band":
-        delta = _check_positive_float("delta", delta)
-        # log p <= 0; a log-softmax can round to a tiny positive value (clamp keeps NaN as NaN)
-        log_lower, log_upper = _band_log(old_log_prob.clamp(max=0.0), divergence, delta)
-    else:
-        eps = _check_positive_float("clip_eps", clip_eps)
-        if eps >= 1.0:
-            raise ValueError(f"clip_eps must be in (0, 1), got {clip_eps!r}")
-        default_high = eps if method == "clip" else CLIP_HIGHER_EPS
-        eps_high = _check_positive_float("clip_eps_high", default_high if clip_eps_high is None else clip_eps_high)
-        nan = torch.isnan(old_log_prob)  # NaN in -> NaN out, as for the Band
-        log_lower = torch.where(nan, old_log_prob, math.log1p(-eps))
-        log_upper = torch.where(nan, old_log_prob, math.log1p(eps_high))
-    if max_ratio is not None:
-        log_upper = torch.clamp(log_upper, max=math.log(max_ratio))
-    return log_lower, log_upper
-
-
-def _check_inputs(log_prob, old_log_prob, advantages, mask) -> None:
+def _check_structure(log_prob, old_log_prob, advantages, mask, log_bounds) -> None:
+    """Types, dtypes, shapes and devices (no host synchronisation)."""
     for name, value in (("log_prob", log_prob), ("old_log_prob", old_log_prob),
                         ("advantages", advantages), ("mask", mask)):
         if not isinstance(value, torch.Tensor):
@@ -131,22 +64,97 @@ def _check_inputs(log_prob, old_log_prob, advantages, mask) -> None:
     for name, value in (("log_prob", log_prob), ("old_log_prob", old_log_prob), ("advantages", advantages)):
         if not value.is_floating_point():
             raise TypeError(f"{name} must be a floating-point tensor, got dtype {value.dtype}")
-    if log_prob.ndim != 2:
-        raise ValueError(f"log_prob must have shape (B, T), got shape {tuple(log_prob.shape)}")
-    shape = tuple(log_prob.shape)
-    for name, value in (("old_log_prob", old_log_prob), ("mask", mask)):
-        if tuple(value.shape) != shape:
-            raise ValueError(f"{name} must have the shape of log_prob {shape}, got {tuple(value.shape)}")
-    if tuple(advantages.shape) not in ((shape[0],), (shape[0], 1), shape):
-        raise ValueError(
-            f"advantages must have shape (B,), (B, 1) or (B, T) with (B, T) = {shape}, "
-            f"got {tuple(advantages.shape)}"
-        )
     if mask.is_complex():
         raise TypeError(f"mask must be a bool, integer or floating-point tensor, got dtype {mask.dtype}")
-    for name, value in (("old_log_prob", old_log_prob), ("advantages", advantages), ("mask", mask)):
+    if log_prob.ndim != 2:
+        raise ValueError(f"log_prob must have shape (B, T), got shape {_shape(log_prob)}")
+    shape = _shape(log_prob)
+    for name, value in (("old_log_prob", old_log_prob), ("mask", mask)):
+        if _shape(value) != shape:
+            raise ValueError(f"{name} must have the shape of log_prob {shape}, got {_shape(value)}")
+    if _shape(advantages) not in ((shape[0],), (shape[0], 1), shape):
+        raise ValueError(
+            f"advantages must have shape (B,), (B, 1) or (B, T) with (B, T) = {shape} the shape of log_prob, "
+            f"got {_shape(advantages)}"
+        )
+    named = [("old_log_prob", old_log_prob), ("advantages", advantages), ("mask", mask)]
+    if log_bounds is not None:
+        if not (isinstance(log_bounds, (tuple, list)) and len(log_bounds) == 2
+                and all(isinstance(b, torch.Tensor) for b in log_bounds)):
+            raise TypeError(f"log_bounds must be a pair (log_lower, log_upper) of tensors, got {log_bounds!r:.80}")
+        if any(_shape(b) != shape for b in log_bounds):
+            raise ValueError(f"log_bounds must be two tensors of shape {shape} (the shape of log_prob), "
+                             f"got {[_shape(b) for b in log_bounds]}")
+        if not all(b.is_floating_point() for b in log_bounds):
+            raise TypeError(f"log_bounds must be floating-point tensors, got {[b.dtype for b in log_bounds]}")
+        named += [("log_bounds[0]", log_bounds[0]), ("log_bounds[1]", log_bounds[1])]
+    for name, value in named:
         if value.device != log_prob.device:
             raise ValueError(f"{name} is on {value.device} but log_prob is on {log_prob.device}")
+
+
+def check_policy_loss_inputs(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    log_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+    *,
+    values: bool = True,
+) -> None:
+    r"""Raise ``TypeError`` / ``ValueError`` naming the first input that breaks the loss's contract.
+
+    Structure (always, no synchronisation): tensors, floating dtypes, ``log_prob`` (B, T), ``old_log_prob`` and
+    ``mask`` (B, T), ``advantages`` (B,), (B, 1) or (B, T), ``log_bounds`` two (B, T) tensors, one device.
+    Values (``values=True``; every test is a tensor reduction, all of them read back in one host
+    synchronisation): ``mask`` :math:`\ge 0` and not NaN; at tokens with ``mask != 0``: ``advantages`` finite,
+    ``old_log_prob`` :math:`\le 10^{-6}`, ``log_bounds`` not NaN with :math:`\log l \le \log u`.
+    """
+    _check_structure(log_prob, old_log_prob, advantages, mask, log_bounds)
+    if not values or log_prob.numel() == 0:
+        return
+    with torch.no_grad():
+        valid = mask != 0
+        adv = advantages.detach()
+        adv = adv[:, None] if adv.ndim == 1 else adv
+        old = old_log_prob.detach()
+        tests = {
+            "mask_nan": torch.isnan(mask).any() if mask.is_floating_point() else None,
+            "mask_negative": (mask < 0).any() if mask.dtype != torch.bool else None,
+            "advantages": (valid & ~torch.isfinite(adv)).any(),
+            "old_log_prob": (valid & (old > LOG_P_TOLERANCE)).any(),
+        }
+        if log_bounds is not None:
+            lower, upper = (b.detach() for b in log_bounds)
+            tests["bounds_nan"] = (valid & (torch.isnan(lower) | torch.isnan(upper))).any()
+            tests["bounds_order"] = (valid & (lower > upper)).any()
+        keys = [k for k, v in tests.items() if v is not None]
+        flags = dict(zip(keys, torch.stack([tests[k] for k in keys]).tolist(), strict=True))  # one host sync
+    if not any(flags.values()):
+        return
+    if flags.get("mask_nan"):
+        raise ValueError(f"mask must not hold NaN, got {int(torch.isnan(mask).sum())} NaN value(s)")
+    if flags.get("mask_negative"):
+        negative = mask[mask < 0]
+        raise ValueError(f"mask must be >= 0 (token weights), got {negative.numel()} negative value(s), "
+                         f"e.g. mask={float(negative[0])!r}")
+    if flags["advantages"]:
+        bad = adv.expand_as(valid)[valid & ~torch.isfinite(adv)]
+        raise ValueError(f"advantages must be finite at unmasked tokens, got {bad.numel()} non-finite value(s), "
+                         f"e.g. advantages={float(bad[0])!r}")
+    if flags["old_log_prob"]:
+        bad = old[valid & (old > LOG_P_TOLERANCE)]
+        raise ValueError(
+            f"old_log_prob must be <= 0 at unmasked tokens (log-probabilities; up to {LOG_P_TOLERANCE:g} is read "
+            f"as 0), got {bad.numel()} value(s) above, e.g. old_log_prob={float(bad[0])!r}"
+        )
+    if flags.get("bounds_nan"):
+        raise ValueError("log_bounds must not be NaN at unmasked tokens, got NaN in "
+                         f"{int((valid & (torch.isnan(lower) | torch.isnan(upper))).sum())} token(s)")
+    if flags.get("bounds_order"):
+        where = valid & (lower > upper)
+        raise ValueError(f"log_bounds must have lower <= upper at unmasked tokens, got lower > upper in "
+                         f"{int(where.sum())} token(s), e.g. ({float(lower[where][0])!r}, {float(upper[where][0])!r})")
 
 
 def _masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -168,67 +176,73 @@ def per_token_policy_loss(
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
     log_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+    check: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""The per-token clipped surrogate :math:`\ell_{pg}` (B, T), zero at masked positions, and the metrics.
 
     Same arguments as :func:`band_policy_loss` (without aggregation); used by the verl plug-in, which
     weights and aggregates the matrix itself.
     """
-    _check_inputs(log_prob, old_log_prob, advantages, mask)
+    check_policy_loss_inputs(log_prob, old_log_prob, advantages, mask, log_bounds, values=check)
     if dual_clip is not None:
-        dual_clip = _check_positive_float("dual_clip", dual_clip, above=1.0)
+        dual_clip = check_real("dual_clip", dual_clip, above=1.0)
     # compute in at least fp32: bf16 ratios are too coarse for a clip test near 1
     dtype = torch.promote_types(torch.promote_types(log_prob.dtype, old_log_prob.dtype), torch.float32)
     valid = mask != 0
     weights = mask.to(dtype)
+    old_log_prob = old_log_prob.detach().to(dtype)
+    # log p = -inf: dropped from the surrogate (module docstring); its ratio is replaced by 1 before any arithmetic
+    impossible = valid & (old_log_prob == -math.inf)
+    live = valid & ~impossible
     # padding may hold anything (even NaN): replace it before any arithmetic so no NaN reaches a gradient
-    old_log_prob = torch.where(valid, old_log_prob.detach().to(dtype), 0.0)
+    old_for_bounds = torch.where(valid, old_log_prob, 0.0)
+    # log p in (0, 1e-6] is read as 0; above it the bounds are NaN (check=False) and so is the loss
+    old_log_prob = torch.where(live, old_log_prob.clamp(max=0.0), 0.0)
     advantages = advantages.detach().to(dtype)
     if advantages.ndim == 1:
         advantages = advantages[:, None]
     advantages = torch.where(valid, advantages, 0.0)
-    log_ratio = torch.where(valid, log_prob.to(dtype) - old_log_prob, 0.0)
+    log_ratio = torch.where(live, log_prob.to(dtype) - old_log_prob, 0.0)
 
     if log_bounds is None:
-        log_bounds = log_ratio_bounds(
-            old_log_prob, method=method, divergence=divergence, delta=delta, max_ratio=max_ratio,
-            clip_eps=clip_eps, clip_eps_high=clip_eps_high,
-        )
-    elif any(b.shape != log_prob.shape for b in log_bounds):
-        raise ValueError(f"log_bounds must be two tensors of shape {tuple(log_prob.shape)}, "
-                         f"got {[tuple(b.shape) for b in log_bounds]}")
+        # the values were checked above (or deliberately not): no second synchronisation here
+        log_bounds = log_ratio_bounds(old_for_bounds, method=method, divergence=divergence, delta=delta,
+                                      max_ratio=max_ratio, clip_eps=clip_eps, clip_eps_high=clip_eps_high,
+                                      check=False)
     # padding of precomputed bounds may hold anything: only real tokens' bounds are used
-    log_lower, log_upper = (torch.where(valid, b.detach().to(dtype), 0.0) for b in log_bounds)
+    log_lower, log_upper = (torch.where(live, b.detach().to(dtype), 0.0) for b in log_bounds)
     ratio = torch.exp(log_ratio)
     # clip(r, l, u) = exp(clamp(log r, log l, log u)): no overflow at u = 1/p, log l = -inf is fine
     clipped_ratio = torch.exp(torch.clamp(log_ratio, log_lower, log_upper))
     pg_losses = torch.maximum(-advantages * ratio, -advantages * clipped_ratio)
     if dual_clip is not None:
         dual_bound = -advantages * dual_clip
-        dual_clipped = (advantages < 0) & (pg_losses > dual_bound)
+        dual_clipped = (advantages < 0) & (pg_losses > dual_bound) & live
         pg_losses = torch.where(advantages < 0, torch.minimum(pg_losses, dual_bound), pg_losses)
+    pg_losses = torch.where(impossible, 0.0, pg_losses)
 
     with torch.no_grad():
         log_ratio_d = log_ratio.detach()
-        positive, negative = valid & (advantages > 0), valid & (advantages < 0)
-        high = positive & (log_ratio_d > log_upper)
+        live_weights = torch.where(impossible, 0.0, weights)
+        positive, negative = live & (advantages > 0), live & (advantages < 0)
+        high = positive & (log_ratio_d > log_upper) | impossible
         low = negative & (log_ratio_d < log_lower)
         fixed_low, fixed_high = math.log(FIXED_CLIP[0]), math.log(FIXED_CLIP[1])
-        high_fixed = positive & (log_ratio_d > fixed_high)
+        high_fixed = positive & (log_ratio_d > fixed_high) | impossible
         low_fixed = negative & (log_ratio_d < fixed_low)
         ratio_d = ratio.detach()
         metrics = {
             "clipfrac_high": _masked_mean(high.to(dtype), weights),
             "clipfrac_low": _masked_mean(low.to(dtype), weights),
             "clipfrac": _masked_mean((high | low).to(dtype), weights),
-            "approx_kl": _masked_mean(-log_ratio_d, weights),
+            "approx_kl": _masked_mean(-log_ratio_d, live_weights),
             # k3 = (r - 1) - log r: unbiased, non-negative estimate of KL(pi_old || pi) (Schulman 2020)
-            "approx_kl_k3": _masked_mean(torch.expm1(log_ratio_d) - log_ratio_d, weights),
-            "band_width": _masked_mean(torch.exp(log_upper) - torch.exp(log_lower), weights),
+            "approx_kl_k3": _masked_mean(torch.expm1(log_ratio_d) - log_ratio_d, live_weights),
+            "band_width": _masked_mean(torch.exp(log_upper) - torch.exp(log_lower), live_weights),
             "clipfrac_high_fixed": _masked_mean(high_fixed.to(dtype), weights),
             "clipfrac_low_fixed": _masked_mean(low_fixed.to(dtype), weights),
             "clipfrac_fixed": _masked_mean((high_fixed | low_fixed).to(dtype), weights),
-            "ratio_mean": _masked_mean(ratio_d, weights),
+            "ratio_mean": _masked_mean(ratio_d, live_weights),
         }
         if dual_clip is not None:
             metrics["dual_clipfrac"] = _masked_mean(dual_clipped.to(dtype), weights)
@@ -256,6 +270,8 @@ def aggregate_loss(
     """
     if loss_agg_mode not in LOSS_AGG_MODES:
         raise ValueError(f"loss_agg_mode must be one of {LOSS_AGG_MODES}, got {loss_agg_mode!r}")
+    if _shape(mask) != _shape(loss_mat):
+        raise ValueError(f"mask must have the shape of loss_mat {_shape(loss_mat)}, got {_shape(mask)}")
     weights = mask.to(loss_mat.dtype)
     tiny = torch.finfo(loss_mat.dtype).tiny
     token_sums = (loss_mat * weights).sum(dim=-1)
@@ -293,6 +309,7 @@ def band_policy_loss(
     clip_eps_high: float | None = None,
     norm_length: int | None = None,
     log_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+    check: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""PPO/GRPO clipped surrogate loss with the Band (or a fixed clip) as ratio bounds.
 
@@ -302,22 +319,25 @@ def band_policy_loss(
         r = e^{\log\pi - \log p},
 
     optionally :math:`\min(\ell_{pg}, -A c)` where :math:`A < 0` (dual clip), aggregated over the masked
-    tokens by :func:`aggregate_loss`.  See the module docstring for the bounds of each ``method``.
+    tokens by :func:`aggregate_loss`.  See :mod:`bandcore.rl.bounds` for the bounds of each ``method``.
 
     Parameters
     ----------
     log_prob
         (B, T) :math:`\log\pi` of the sampled tokens under the current policy (carries the gradient).
     old_log_prob
-        (B, T) :math:`\log p` under the sampling policy (after temperature); no gradient flows into it.
+        (B, T) :math:`\log p \le 0` under the sampling policy (after temperature); no gradient flows into it.
+        :math:`(0, 10^{-6}]` is read as 0.  :math:`-\infty` drops the token from the surrogate (see the module
+        docstring: loss and gradient exactly 0 there).
     advantages
-        (B,), (B, 1) or (B, T) advantages :math:`A`; no gradient.
+        (B,), (B, 1) or (B, T) advantages :math:`A`, finite at unmasked tokens; no gradient.
     mask
-        (B, T) bool or float; non-zero marks real tokens, float values weight them.  Masked positions may hold
-        any value, NaN included: they never reach the loss, its gradient or the metrics.
+        (B, T) bool, integer or float, :math:`\ge 0`; non-zero marks real tokens, float values weight them.
+        Masked positions may hold any value, NaN included: they never reach the loss, its gradient or the
+        metrics.
     divergence, delta
-        Band divergence (name, alias or :class:`bandcore.Divergence`) and radius :math:`\delta > 0`
-        (``method="band"`` only).
+        Band divergence (any spelling of :func:`bandcore.divergences.get_divergence`, or a
+        :class:`bandcore.Divergence`) and radius :math:`\delta > 0` (``method="band"`` only).
     loss_agg_mode
         ``"token-mean"``, ``"token-sum"``, ``"seq-mean-token-mean"``, ``"seq-mean-token-sum"`` or
         ``"seq-mean-token-sum-norm"`` (see :func:`aggregate_loss`; ``norm_length`` is its constant).
@@ -334,25 +354,29 @@ def band_policy_loss(
         Precomputed :math:`(\log l, \log u)`, (B, T), from :func:`log_ratio_bounds` of the same
         ``old_log_prob`` and settings.  The bounds depend only on ``old_log_prob``, so a trainer that takes
         several optimisation steps on one batch computes them once per batch instead of once per step.
+    check
+        Check the input values (:func:`check_policy_loss_inputs`: one host synchronisation per call) and raise
+        ``ValueError`` naming the argument.  ``False`` skips them for speed; then a bad value gives NaN
+        (:math:`\log p > 10^{-6}`, NaN mask or advantage) or an undefined loss instead of an error.  Types and
+        shapes are always checked.
 
     Returns
     -------
     loss
         0-dim tensor, with gradient with respect to ``log_prob``; computed in at least float32.
     metrics
-        Detached 0-dim tensors (no host synchronisation here; call ``.item()`` when logging), masked means over
-        the valid tokens: ``clipfrac_high`` (A > 0 and r > u), ``clipfrac_low`` (A < 0 and r < l),
-        ``clipfrac`` (their union: the tokens whose gradient the clip zeroes), ``approx_kl``
-        (mean of :math:`-\log r`), ``approx_kl_k3`` (mean of :math:`r - 1 - \log r`), ``band_width``
-        (mean of :math:`u - l`; dominated by rare tokens, whose :math:`u` is large), ``ratio_mean``, the same
-        three clip fractions for the fixed clip [0.8, 1.2] (``clipfrac_high_fixed``, ``clipfrac_low_fixed``,
-        ``clipfrac_fixed``), and ``dual_clipfrac`` when ``dual_clip`` is set.
+        Detached 0-dim tensors (call ``.item()`` when logging), masked means over the valid tokens:
+        ``clipfrac_high`` (A > 0 and r > u), ``clipfrac_low`` (A < 0 and r < l), ``clipfrac`` (their union: the
+        tokens whose gradient the clip zeroes), ``approx_kl`` (mean of :math:`-\log r`), ``approx_kl_k3``
+        (mean of :math:`r - 1 - \log r`), ``band_width`` (mean of :math:`u - l`; dominated by rare tokens,
+        whose :math:`u` is large), ``ratio_mean``, the same three clip fractions for the fixed clip [0.8, 1.2]
+        (``clipfrac_high_fixed``, ``clipfrac_low_fixed``, ``clipfrac_fixed``), and ``dual_clipfrac`` when
+        ``dual_clip`` is set.
 
     Notes
     -----
-    NaN policy: a NaN ``old_log_prob`` at a valid position gives NaN bounds, and the loss becomes NaN (it never
-    silently turns into a bound); checking for it here would cost a host synchronisation per call.
-    A valid position whose ``advantages`` or ``log_prob`` is NaN makes the loss NaN likewise.
+    NaN policy: a NaN ``old_log_prob`` or ``log_prob`` at a valid position makes the loss NaN (it never
+    silently turns into a bound); the other invalid values raise (``check=True``).
 
     Examples
     --------
@@ -368,5 +392,6 @@ def band_policy_loss(
     pg_losses, metrics = per_token_policy_loss(
         log_prob, old_log_prob, advantages, mask, divergence=divergence, delta=delta, dual_clip=dual_clip,
         max_ratio=max_ratio, method=method, clip_eps=clip_eps, clip_eps_high=clip_eps_high, log_bounds=log_bounds,
+        check=check,
     )
     return aggregate_loss(pg_losses, mask, loss_agg_mode, norm_length=norm_length), metrics

@@ -15,7 +15,7 @@ attributes.  Both broadcast, so for the duration of one ``_compute_loss`` call w
            p = \exp(\texttt{old\_per\_token\_logps}),
 
 and TRL computes the Band loss and the Band's ``clip_ratio/*`` metrics with its own code (no copy of it here);
-afterwards the scalar values are restored.  :math:`[l, u]` come from :func:`bandcore.rl.log_ratio_bounds`
+afterwards the scalar values are restored.  :math:`[l, u]` come from :func:`bandcore.rl.bounds.log_ratio_bounds`
 (:math:`1 - (1 - l)` rounds :math:`l` to the dtype's absolute precision, about 1e-16 in fp64 and 6e-8 in
 fp32).  TRL's ``epsilon`` / ``epsilon_high`` no longer clip; they define the fixed clip that the extra
 metrics ``band/clip_ratio_fixed/{low,high,region}_mean`` report for comparison, beside ``band/width_mean``
@@ -42,9 +42,7 @@ from typing import Any
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from bandcore.divergences import get_divergence
-
-from .loss import log_ratio_bounds
+from .bounds import check_bound_settings, log_ratio_bounds
 
 __all__ = ["SUPPORTED_LOSS_TYPES", "BandGRPOConfig", "BandGRPOTrainer"]
 
@@ -84,8 +82,9 @@ class BandGRPOConfig(GRPOConfig):
     Parameters
     ----------
     band_divergence
-        f-divergence of the trust region: a catalogue name or alias (``bandcore.list_divergences()``);
-        ``"kl"`` is :math:`KL(\pi_{old}\|\pi)`, BandPO's choice.
+        f-divergence of the trust region: any spelling of :func:`bandcore.divergences.get_divergence` (a
+        catalogue name or alias, ``alpha(a)``, a formula in ``u``); ``"kl"`` is :math:`KL(\pi_{old}\|\pi)`,
+        BandPO's choice.
     band_delta
         Trust-region radius :math:`\delta > 0` (BandPO: 0.05).
     band_max_ratio
@@ -97,7 +96,7 @@ class BandGRPOConfig(GRPOConfig):
 
     band_divergence: str = field(
         default="kl",
-        metadata={"help": "f-divergence of the Band's trust region (name or alias, e.g. 'kl', 'tv', 'pearson')."},
+        metadata={"help": "f-divergence of the Band's trust region (name, alias, alpha(a) or a formula in u)."},
     )
     band_delta: float = field(default=0.05, metadata={"help": "Radius δ > 0 of the Band's trust region."})
     band_max_ratio: float | None = field(
@@ -110,10 +109,8 @@ class BandGRPOConfig(GRPOConfig):
             raise TypeError(
                 f"band_divergence must be a divergence name or alias (str), got {self.band_divergence!r}"
             )
-        get_divergence(self.band_divergence)  # raises, naming it, if unknown
-        # the same checks (and messages) as the loss: a zero-size probe costs nothing
-        log_ratio_bounds(torch.zeros(0, dtype=torch.float64), divergence=self.band_divergence,
-                         delta=self.band_delta, max_ratio=self.band_max_ratio)
+        # the loss's own checks and messages; the divergence by bandcore.divergences.get_divergence
+        check_bound_settings(divergence=self.band_divergence, delta=self.band_delta, max_ratio=self.band_max_ratio)
         _check_band_settings(self)
 
 

@@ -24,7 +24,9 @@ The loss is :func:`bandcore.rl.per_token_policy_loss` with the Band bounds (or, 
 clip from verl's ``clip_ratio_low`` / ``clip_ratio_high``, for baselines run through the same code), the dual
 clip :math:`c` = ``clip_ratio_c`` as in verl's ``vanilla`` loss, the rollout-correction weights multiplied in,
 and verl's own ``agg_loss`` (with ``**config.global_batch_info`` from 0.7 on, so data-parallel scaling is
-verl's).  Unlike ``vanilla`` the log-ratio is not clamped to ±20 before ``exp``.
+verl's).  Unlike ``vanilla`` the log-ratio is not clamped to ±20 before ``exp``.  The inputs are checked on
+every call (one host synchronisation; ``band_check=False`` turns it off), and a token whose old log-prob is
+``-inf`` contributes 0 to the loss and its gradient (see :mod:`bandcore.rl.loss`).
 
 Return convention: verl >= 0.7 expects ``(pg_loss, metrics)`` with float metrics ``actor/pg_clipfrac`` (the
 Band's clip fraction), ``actor/ppo_kl`` (mean :math:`-\log r`) and ``actor/pg_clipfrac_lower`` (the dual
@@ -48,9 +50,8 @@ from packaging.version import Version
 from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
 from verl.workers.config import PolicyLossConfig
 
-from bandcore.divergences import get_divergence
-
-from .loss import METHODS, log_ratio_bounds, per_token_policy_loss
+from .bounds import METHODS, check_bound_settings
+from .loss import per_token_policy_loss
 
 __all__ = ["LOSS_NAME", "BandPolicyLossConfig", "compute_policy_loss_bandpo"]
 
@@ -69,8 +70,8 @@ class BandPolicyLossConfig(PolicyLossConfig):
     Parameters
     ----------
     band_divergence
-        f-divergence of the trust region (name or alias, ``bandcore.list_divergences()``); ``"kl"`` is
-        :math:`KL(\pi_{old}\|\pi)`, BandPO's choice.
+        f-divergence of the trust region (any spelling of :func:`bandcore.divergences.get_divergence`: name,
+        alias, ``alpha(a)``, a formula in ``u``); ``"kl"`` is :math:`KL(\pi_{old}\|\pi)`, BandPO's choice.
     band_delta
         Radius :math:`\delta > 0` of the trust region (BandPO: 0.05).
     band_max_ratio
@@ -78,6 +79,9 @@ class BandPolicyLossConfig(PolicyLossConfig):
     band_method
         ``"band"``; or ``"clip"`` / ``"clip-higher"`` for the fixed clip
         :math:`[1 - \text{clip\_ratio\_low}, 1 + \text{clip\_ratio\_high}]` through the same loss.
+    band_check
+        Check the loss inputs' values on every call (one host synchronisation; see
+        :func:`bandcore.rl.loss.check_policy_loss_inputs`); ``False`` skips it for speed.
     """
 
     loss_mode: str = LOSS_NAME
@@ -85,17 +89,19 @@ class BandPolicyLossConfig(PolicyLossConfig):
     band_delta: float = 0.05
     band_max_ratio: float | None = None
     band_method: str = "band"
+    band_check: bool = True
 
     def __post_init__(self) -> None:
         if hasattr(super(), "__post_init__"):
             super().__post_init__()
         if not isinstance(self.band_divergence, str):
             raise TypeError(f"band_divergence must be a divergence name or alias (str), got {self.band_divergence!r}")
-        get_divergence(self.band_divergence)  # raises, naming it, if unknown
         if self.band_method not in METHODS:
             raise ValueError(f"band_method must be one of {METHODS}, got {self.band_method!r}")
-        log_ratio_bounds(torch.zeros(0, dtype=torch.float64), divergence=self.band_divergence,
-                         delta=self.band_delta, max_ratio=self.band_max_ratio)
+        if not isinstance(self.band_check, bool):
+            raise TypeError(f"band_check must be True or False, got {self.band_check!r}")
+        # the loss's own checks and messages; the divergence by bandcore.divergences.get_divergence
+        check_bound_settings(divergence=self.band_divergence, delta=self.band_delta, max_ratio=self.band_max_ratio)
 
 
 def _band_settings(config: Any) -> dict[str, Any]:
@@ -113,6 +119,7 @@ def _band_settings(config: Any) -> dict[str, Any]:
         "method": method,
         "clip_eps": clip if clip_low is None else clip_low,
         "clip_eps_high": clip if clip_high is None else clip_high,
+        "check": bool(get("band_check", True)),
     }
 
 

@@ -4,9 +4,10 @@ One process, one run.  On :math:`n` float32 log-probabilities drawn like LLM tok
 it times, best of ``repeats`` calls with the first call (imports, Numba compilation or cache load) excluded and
 reported separately:
 
-* the published BandPO solver (:mod:`bandcore.published`: bisection, 50 iterations, host-side checks);
-* each of our backends (``numpy``, ``numba``, ``torch`` of :func:`bandcore.band_log`) and the lookup-table
-  path (:class:`bandcore.BandTable`, NumPy/Numba and torch) for each divergence;
+* the published BandPO solver (:mod:`bandcore.tools.published`: bisection, 50 iterations, host-side checks);
+* each backend of the one solver through the public function, ``band_log(x, div, delta, backend=b)`` for
+  ``b`` in ``numpy``, ``numba``, ``torch``, and the lookup-table path (:class:`bandcore.BandTable`,
+  NumPy/Numba and torch) for each divergence;
 * a plain copy of the input (the memory roofline).  A Band evaluation must read the input and write two
   outputs, so at the copy's bandwidth :math:`B` (bytes moved per second, read + write) it can reach at most
   :math:`B / (3 \cdot \mathrm{itemsize})` tokens per second; ``roofline_fraction`` is the measured rate over
@@ -17,6 +18,10 @@ the 50-digit mpmath oracle, always with float64 inputs so the solver's error is 
 rounding, as :math:`|\Delta \log r| / \max(1, |\log r|)` (the numerical contract's measure; it is the
 relative error of the ratio whenever :math:`e^{-1} \le r \le e`).
 
+Threads: torch (the published solver, the torch backend, the torch table path, the copy) and Numba run with
+the same number of threads, the machine's cores unless ``threads`` is given, so the comparison with the
+published solver is like for like.  The count is in the report (``threads``) and restored afterwards.
+
 Peak memory is measured in a fresh subprocess per (method, size): ``/proc/self/clear_refs`` resets the
 resident-set high-water mark after the input is built and the method warmed up, and the peak of ``VmHWM``
 over the resident size before the call is what the call allocated (tracemalloc cannot see Numba's or
@@ -25,7 +30,6 @@ torch's allocations).  Tests never assert a time; they run ``--quick``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -38,13 +42,15 @@ from typing import Any
 
 import numpy as np
 
-from .tables import rel_log_error
+from .._contract import check_positive_int
+from ..tables import rel_log_error
 
-__all__ = ["llm_like_log_probs", "rel_log_error", "run_bench"]
+__all__ = ["format_report", "llm_like_log_probs", "rel_log_error", "run_bench"]
 
 _DEFAULT_DIVERGENCES = ("kl", "tv", "pearson", "hellinger", "js")
 _BACKENDS = ("numpy", "numba", "torch")
 _MEMORY_METHODS = ("numba", "torch", "table")
+_TABLE_METHODS = ("table", "table-torch")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -112,9 +118,10 @@ def _published_methods(divergence: str, delta: float) -> dict[str, tuple[Callabl
 
 
 def _backend_methods(divergence: str, delta: float, backends) -> dict[str, tuple[Callable, Callable, str]]:
+    """``band_log(..., backend=b)`` for each backend: the public function, its checks included."""
     import torch
 
-    from .band import band_log
+    from ..band import band_log
 
     methods = {}
     for backend in backends:
@@ -134,7 +141,7 @@ def _backend_methods(divergence: str, delta: float, backends) -> dict[str, tuple
 def _table_methods(divergence: str, delta: float) -> tuple[dict[str, tuple[Callable, Callable, str]], dict]:
     import torch
 
-    from .tables import BandTable
+    from ..tables import BandTable
 
     start = time.perf_counter()
     try:
@@ -156,7 +163,8 @@ def _table_methods(divergence: str, delta: float) -> tuple[dict[str, tuple[Calla
     def logs_torch(points):
         return tuple(v.numpy() for v in table.log(torch.from_numpy(points)))
 
-    methods = {"table": (table.log, logs_numpy, "numpy"), "table-torch": (table.log, logs_torch, "torch")}
+    paths = ((table.log, logs_numpy, "numpy"), (table.log, logs_torch, "torch"))
+    methods = dict(zip(_TABLE_METHODS, paths, strict=True))
     return methods, info
 
 
@@ -203,11 +211,12 @@ def _status_kib(field: str) -> int:
     raise OSError(f"/proc/self/status has no {field}")
 
 
-def _memory_child(method: str, divergence: str, delta: float, n: int) -> None:
+def _memory_child(method: str, divergence: str, delta: float, n: int, threads: int) -> None:
     """Run in a subprocess: print the peak extra resident memory of one call as JSON."""
+    _set_threads(threads)
     x = llm_like_log_probs(n, seed=0)
     if method == "table":
-        from .tables import BandTable
+        from ..tables import BandTable
 
         try:
             table = BandTable.shipped(divergence, delta)
@@ -215,7 +224,7 @@ def _memory_child(method: str, divergence: str, delta: float, n: int) -> None:
             table = BandTable.build(divergence, delta)
         fn, arg = table.log, x
     else:
-        from .band import band_log
+        from ..band import band_log
 
         if method == "torch":
             import torch
@@ -236,10 +245,10 @@ def _memory_child(method: str, divergence: str, delta: float, n: int) -> None:
     print(json.dumps({"peak_extra_bytes": (peak - base) * 1024}))
 
 
-def _measure_memory(method: str, divergence: str, delta: float, n: int) -> dict[str, Any]:
+def _measure_memory(method: str, divergence: str, delta: float, n: int, threads: int) -> dict[str, Any]:
     code = (
-        "from bandcore.bench import _memory_child; "
-        f"_memory_child({method!r}, {divergence!r}, {delta!r}, {n})"
+        "from bandcore.tools.bench import _memory_child; "
+        f"_memory_child({method!r}, {divergence!r}, {delta!r}, {n}, {threads})"
     )
     # a fixed mmap threshold makes every large array fresh pages (glibc would otherwise reuse freed, already
     # resident heap memory and hide the allocation from VmHWM)
@@ -261,6 +270,81 @@ def _measure_memory(method: str, divergence: str, delta: float, n: int) -> dict[
 
 
 # --------------------------------------------------------------------------------------------------------
+# Threads and progress
+# --------------------------------------------------------------------------------------------------------
+
+
+def _numba_max_threads() -> int | None:
+    try:
+        import numba
+    except ImportError:
+        return None
+    return int(numba.config.NUMBA_NUM_THREADS)
+
+
+def _get_threads() -> tuple[int, int | None]:
+    """(torch intra-op threads, Numba threads or None without Numba)."""
+    import torch
+
+    try:
+        import numba
+    except ImportError:
+        return torch.get_num_threads(), None
+    return torch.get_num_threads(), int(numba.get_num_threads())
+
+
+def _set_threads(torch_threads: int, numba_threads: int | None = -1) -> None:
+    """Set torch's and Numba's thread counts (Numba's to ``torch_threads`` unless given)."""
+    import torch
+
+    torch.set_num_threads(torch_threads)
+    numba_threads = torch_threads if numba_threads == -1 else numba_threads
+    if numba_threads is not None and _numba_max_threads() is not None:
+        import numba
+
+        numba.set_num_threads(numba_threads)
+
+
+def _resolve_threads(threads: int | None) -> int:
+    """The thread count of the run: ``threads`` or the machine's cores, within what Numba was started with."""
+    cores = os.cpu_count() or 1
+    numba_max = _numba_max_threads()
+    if threads is None:
+        return min(cores, numba_max) if numba_max else cores
+    threads = check_positive_int(threads, "threads")
+    if numba_max is not None and threads > numba_max:
+        raise ValueError(
+            f"threads must be at most {numba_max} (Numba's NUMBA_NUM_THREADS; set that variable to allow more), "
+            f"got threads={threads}"
+        )
+    return threads
+
+
+class _Progress:
+    """A tqdm bar on stderr (when ``enabled`` and tqdm is installed), otherwise nothing."""
+
+    def __init__(self, total: int, enabled: bool | None):
+        if enabled is None:
+            enabled = sys.stderr.isatty()
+        self._bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self._bar = tqdm(total=total, desc="bench", unit="step", file=sys.stderr, leave=False)
+
+    def step(self, message: str, count: int = 1) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(message, refresh=False)
+            self._bar.update(count)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+# --------------------------------------------------------------------------------------------------------
 # The run
 # --------------------------------------------------------------------------------------------------------
 
@@ -274,15 +358,36 @@ def run_bench(
     oracle_points: int = 256,
     memory_sizes: tuple[int, ...] = (1_000_000, 10_000_000),
     seed: int = 0,
-    progress: Callable[[str], None] | None = None,
+    threads: int | None = None,
+    progress: bool | None = None,
 ) -> dict[str, Any]:
-    """Run the benchmark and return everything as a JSON-serialisable dict (see the module docstring)."""
+    """Run the benchmark and return everything as a JSON-serialisable dict (see the module docstring).
+
+    ``threads``: torch and Numba threads (default: the machine's cores).  ``progress``: a tqdm bar on stderr;
+    ``None`` shows it when stderr is a terminal, ``False`` never.
+    """
+    threads = _resolve_threads(threads)
+    saved = _get_threads()
+    from .published import PUBLISHED_DIVERGENCES
+
+    per_divergence = [1 + (d in PUBLISHED_DIVERGENCES) + len(_BACKENDS) + len(_TABLE_METHODS) for d in divergences]
+    steps = sum(per_divergence) + len(memory_sizes) * len(_MEMORY_METHODS)
+    bar = _Progress(steps, progress)
+    try:
+        _set_threads(threads)
+        return _run(n, divergences, delta, repeats, oracle_points, memory_sizes, seed, threads, bar)
+    finally:
+        bar.close()
+        _set_threads(*saved)
+
+
+def _run(n, divergences, delta, repeats, oracle_points, memory_sizes, seed, threads, bar) -> dict[str, Any]:
     import torch
 
-    from . import __version__
-    from .oracle import reference_band_log
+    from .. import __version__
+    from ..oracle import reference_band_log
 
-    say = progress or (lambda _msg: None)
+    torch_threads, numba_threads = _get_threads()
     x = llm_like_log_probs(n, seed)
     x_torch = torch.from_numpy(x)
     points = _accuracy_points(x, oracle_points, seed)
@@ -293,7 +398,8 @@ def run_bench(
             "python": platform.python_version(),
             "cpu_count": os.cpu_count(),
             "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(),
+            "torch_threads": torch_threads,
+            "numba_threads": numba_threads,
             "numpy": np.__version__,
             "gpu": "not used (CPU run)",
         },
@@ -302,6 +408,7 @@ def run_bench(
         "delta": delta,
         "seed": seed,
         "repeats": repeats,
+        "threads": threads,
         "generator": llm_like_log_probs.__doc__.strip().splitlines()[0],
         "accuracy_points": len(points),
         "accuracy_measure": "max |Δ log r| / max(1, |log r|) vs the mpmath oracle (50 digits), float64 inputs",
@@ -312,23 +419,21 @@ def run_bench(
     }
     roofline = report["copy"]["roofline_mtok_s"]
     for divergence in divergences:
-        say(f"{divergence}: oracle on {len(points)} points")
         exact_lo, exact_up = reference_band_log(divergence, points, delta)
+        bar.step(f"{divergence}: oracle")
         methods: dict[str, tuple[Callable, Callable, str]] = {}
         methods.update(_published_methods(divergence, delta))
-        try:
-            methods.update(_backend_methods(divergence, delta, _BACKENDS))
-        except ImportError as err:
-            report["unavailable"]["backends"] = f"bandcore.band not importable: {err}"
+        methods.update(_backend_methods(divergence, delta, _BACKENDS))
         try:
             table_methods, info = _table_methods(divergence, delta)
             methods.update(table_methods)
             report["tables"][divergence] = info
         except (ImportError, ValueError) as err:
             report["unavailable"][f"table:{divergence}"] = str(err)
+            bar.step(f"{divergence}: no table", len(_TABLE_METHODS))
         published_seconds = None
         for name, (timed, logs, kind) in methods.items():
-            say(f"{divergence}: {name}")
+            bar.step(f"{divergence}: {name}")
             try:
                 first, best = _time(timed, x_torch if kind == "torch" else x, repeats)
                 approx_lo, approx_up = logs(points)
@@ -357,8 +462,8 @@ def run_bench(
     report["memory"] = []
     for size in memory_sizes:
         for method in _MEMORY_METHODS:
-            say(f"memory: {method} at {size} tokens")
-            report["memory"].append(_measure_memory(method, "kl", delta, size))
+            bar.step(f"memory: {method} at {size:,}")
+            report["memory"].append(_measure_memory(method, "kl", delta, size, threads))
     return report
 
 
@@ -367,8 +472,8 @@ def format_report(report: dict[str, Any]) -> str:
     copy = report["copy"]
     lines = [
         f"bandcore bench: {report['n_tokens']:,} float32 log-probs, delta={report['delta']}, "
-        f"best of {report['repeats']}, {report['machine']['cpu_count']} CPUs, torch threads "
-        f"{report['machine']['torch_threads']}",
+        f"best of {report['repeats']}, {report['machine']['cpu_count']} CPUs, threads {report['threads']} "
+        f"(torch {report['machine']['torch_threads']}, numba {report['machine']['numba_threads']})",
         f"copy roofline: numpy {copy['numpy']['gb_per_s']:.2f} GB/s, torch {copy['torch']['gb_per_s']:.2f} GB/s "
         f"-> {copy['roofline_mtok_s']:.0f} Mtok/s at {copy['bytes_per_token']} B/token",
         f"accuracy: {report['accuracy_measure']} on {report['accuracy_points']} points",
@@ -404,46 +509,3 @@ def format_report(report: dict[str, Any]) -> str:
     for key, why in report["unavailable"].items():
         lines.append(f"unavailable {key}: {why}")
     return "\n".join(lines)
-
-
-def _main(args: argparse.Namespace) -> int:
-    if args.quick:
-        kwargs = dict(n=20_000, repeats=2, oracle_points=16, memory_sizes=(200_000,))
-        kwargs["divergences"] = tuple(args.divergences or ("kl", "tv", "pearson"))
-    else:
-        kwargs = dict(n=args.n, repeats=args.repeats, oracle_points=args.oracle_points)
-        kwargs["memory_sizes"] = () if args.no_memory else (1_000_000, 10_000_000)
-        kwargs["divergences"] = tuple(args.divergences or _DEFAULT_DIVERGENCES)
-    if args.torch_threads:
-        import torch
-
-        torch.set_num_threads(args.torch_threads)
-    report = run_bench(
-        delta=args.delta,
-        seed=args.seed,
-        progress=None if args.quiet else (lambda msg: print(f"  ... {msg}", file=sys.stderr)),
-        **kwargs,
-    )
-    print(format_report(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
-    return 0
-
-
-def register_cli(subparsers) -> None:
-    """Add ``bandcore bench``."""
-    p = subparsers.add_parser("bench", help="benchmark the backends against the published solver and a copy")
-    p.add_argument("--n", type=int, default=1_000_000, help="number of float32 log-probs (default 1M)")
-    p.add_argument("--delta", type=float, default=0.05, help="trust-region radius (default 0.05)")
-    p.add_argument("--divergences", nargs="+", help="divergences to time (default kl tv pearson hellinger js)")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats, best is kept (default 5)")
-    p.add_argument("--oracle-points", type=int, default=256, help="points checked against mpmath (default 256)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the input generator (default 0)")
-    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
-    p.add_argument(
-        "--torch-threads", type=int, help="torch intra-op threads (on a loaded machine 1 avoids spin contention)"
-    )
-    p.add_argument("--quick", action="store_true", help="small run (20k tokens, 16 oracle points) for tests")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
-    p.set_defaults(handler=_main)

@@ -1,6 +1,6 @@
 r"""The four numeric functions every Band solver needs, generated from a divergence's SymPy generator.
 
-The solvers (:mod:`.solver_numpy`, :mod:`.numba_backend`, :mod:`.torch_backend`) work in the offset
+The solvers (:mod:`bandcore.kernels.solvers`, on every backend) work in the offset
 :math:`d = \theta - \theta_p \ge 0` of the new logit :math:`\theta = \operatorname{logit} q` from the old one,
 and need, on the two cells of the binary reduction (the token, ratio :math:`r \ge 1`; the rest, ratio
 :math:`s \le 1`):
@@ -31,14 +31,17 @@ Rules of the rewriting (each one for a numerical reason):
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
 import sympy as sp
 
-from ..divergences import Divergence, U, get_divergence
+from ..divergences import Divergence, resolve
+from .symbolic import U, facts, on_side
 
-__all__ = ["TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generator_functions"]
+__all__ = ["TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generator_functions", "side_callables"]
 
 #: Symbols of the generated functions: x = u - 1, L = log u, u; and t = 1/u, y = x/u (far branch, u > 2).
 X, L, UU, T, Y = sp.symbols("x L u t y", real=True)
@@ -200,6 +203,7 @@ def _taylor(expr_u: sp.Expr, sign: int) -> sp.Expr | None:
 
 
 def _side_function(name: str, expr_u: sp.Expr, sign: int) -> SideFunction:
+    expr_u = on_side(expr_u, sign)  # Abs, Min/Max, where() resolved on this side of u = 1
     closed = _side_expression(expr_u, sign)
     taylor = _taylor(expr_u, sign) if _needs_taylor(closed) else None
     if sign < 0:
@@ -217,22 +221,49 @@ def _to_float(value: sp.Expr) -> float:
 @lru_cache(maxsize=128)
 def generator_functions(divergence: str | Divergence) -> GeneratorFunctions:
     """Build (and cache per divergence) the numeric functions of :class:`GeneratorFunctions`."""
-    div = get_divergence(divergence)
-    f = div.f_normalised
+    div = resolve(divergence)
+    known = facts(div)
+    f = known.f_normalised
     df = sp.diff(f, U)
     xs_pos = sp.Symbol("xs", positive=True)
     xs_neg = sp.Symbol("xs", negative=True)
     right = sp.limit(df.subs(U, 1 + xs_pos), xs_pos, 0, "+")
     left = sp.limit(df.subs(U, 1 + xs_neg), xs_neg, 0, "-")
-    f2 = _to_float(div.f2) if div.is_smooth_at_one else 0.0
+    f2 = _to_float(known.f2) if known.is_smooth_at_one else 0.0
     return GeneratorFunctions(
         divergence=div,
         phi_r=_side_function("phi_r", f / U, +1),
         dphi_r=_side_function("dphi_r", df, +1),
         f_s=_side_function("f_s", f, -1),
         k_s=_side_function("k_s", U * df, -1),
-        f_at_zero=_to_float(div.f_at_zero),
-        slope_at_infinity=_to_float(div.slope_at_infinity),
+        f_at_zero=_to_float(known.f_at_zero),
+        slope_at_infinity=_to_float(known.slope_at_infinity),
         f2=f2,
         kink=_to_float(right - left),
     )
+
+
+def _side_callable(fn: SideFunction, xp) -> Callable:
+    """``fn`` as an element-wise function of (x, L, u) in the namespace ``xp`` (see bandcore.kernels.ops)."""
+    names = {"exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "Abs": xp.abs, "pi": math.pi, "E": math.e}
+    closed = sp.lambdify((X, L, UU), fn.closed, modules=[names], cse=True)
+    taylor = None if fn.taylor is None else sp.lambdify(X, fn.taylor, modules=[names])
+    far = None if fn.far is None else sp.lambdify((T, Y, L), fn.far, modules=[names], cse=True)
+
+    def evaluate(x, log_u, u):
+        value = closed(x, log_u, u) + x * 0.0  # broadcast constants
+        if taylor is not None:
+            value = xp.where(xp.abs(x) < TAYLOR_RADIUS, taylor(x), value)
+        if far is not None:
+            t = 1.0 / u
+            value = xp.where(x > FAR_X, far(t, 1.0 - t, log_u), value)
+            value = xp.where(xp.logical_and(u == math.inf, xp.isnan(value)), fn.at_infinity, value)  # 0*log(inf)
+        return value
+
+    return evaluate
+
+
+def side_callables(divergence: str | Divergence, xp) -> dict[str, Callable]:
+    """The four functions ``phi_r dphi_r f_s k_s`` of a divergence as element-wise callables in ``xp``."""
+    gf = generator_functions(divergence)
+    return {fn.name: _side_callable(fn, xp) for fn in gf.functions}

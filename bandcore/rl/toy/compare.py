@@ -12,7 +12,9 @@ the curve metrics -- area under the reward curve, reward and entropy over the fi
 the steps -- as mean, standard deviation and per-seed values; per-seed differences from ``clip`` with the
 paired t statistic; the regime: how rare the rewarded answer starts, how far the ratio moves) and
 ``DIR/reward.png``, ``DIR/entropy.png``, ``DIR/clipfrac.png`` (mean ± one standard deviation over seeds
-against the RL step).  ``--resume`` skips finished runs and continues interrupted ones.
+against the RL step).  ``--resume`` skips finished runs, continues interrupted ones and starts the missing ones;
+an output directory that already holds a comparison is refused unless ``--resume`` or ``--new-run`` (which
+replaces it) is given, and that is checked for every run before the first one starts.
 """
 
 from __future__ import annotations
@@ -25,9 +27,19 @@ from typing import Any
 
 import numpy as np
 
-from .train import METHOD_PRESETS, METRICS_FILE, WARMUP_FILE, TrainConfig, read_metrics, run
+from .config import TrainConfig
+from .train import CHECKPOINT_FILE, METRICS_FILE, RUN_FILES, WARMUP_FILE, read_metrics, run
 
-__all__ = ["BUDGETS", "compare", "plot_curves", "summarise"]
+__all__ = ["BUDGETS", "METHOD_PRESETS", "compare", "plot_curves", "summarise"]
+
+#: The three methods of the toy reproduction: name -> loss settings (TrainConfig fields).
+METHOD_PRESETS: dict[str, dict[str, Any]] = {
+    "clip": {"method": "clip", "clip_eps": 0.2},
+    "clip-higher": {"method": "clip-higher", "clip_eps": 0.2, "clip_eps_high": 0.28},
+    "band-kl": {"method": "band", "divergence": "kl", "delta": 0.05},
+}
+#: Files of a comparison's output directory (besides runs/).
+SUMMARY_FILES = ("summary.json", "reward.png", "entropy.png", "clipfrac.png")
 
 #: The regime of ``--compare`` (README, "Train: the toy reproduction"): the reversal starts rare (3 % of the
 #: habit-phase demonstrations, π(answer) ≈ 0.01 after the warm-up) and 8 passes × 2 minibatches = 16 Adam
@@ -67,7 +79,7 @@ CURVES = {
 
 
 def compare(out: str | Path, *, overrides: dict[str, Any] | None = None, seeds: int | None = None,
-            quick: bool = False, resume: bool = False, progress: bool = True,
+            quick: bool = False, resume: bool = False, new_run: bool = False, progress: bool = True,
             threads: int | None = 1) -> dict[str, Any]:
     """Train every method of :data:`METHOD_PRESETS` for ``seeds`` seeds; write the summary and the plots.
 
@@ -79,7 +91,8 @@ def compare(out: str | Path, *, overrides: dict[str, Any] | None = None, seeds: 
     seeds : number of seeds (``seed``, ``seed + 1``, ...), at least 1 (3 or more for a spread worth quoting);
         default :data:`SEEDS` of the budget.
     quick : use the ``quick`` budget instead of ``full``.
-    resume : keep finished runs, continue unfinished ones.
+    resume : keep finished runs, continue unfinished ones, start missing ones.
+    new_run : replace a comparison already in ``out`` (without it, and without ``resume``, one is refused).
 
     Returns
     -------
@@ -96,21 +109,24 @@ def compare(out: str | Path, *, overrides: dict[str, Any] | None = None, seeds: 
         raise ValueError(f"compare: {clash} are set per method and cannot be overridden")
     base = TrainConfig(**{**BUDGETS[budget], **overrides})
     out = Path(out)
+    first_method = next(iter(METHOD_PRESETS))
+    jobs = []
+    for k in range(seeds):
+        for name in METHOD_PRESETS:
+            config = dataclasses.replace(base, seed=base.seed + k, **{"clip_eps_high": None, **METHOD_PRESETS[name]})
+            jobs.append((name, config, out / "runs" / name / f"seed{config.seed}"))
+    _check_out(out, [directory for _, _, directory in jobs], resume, new_run)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
 
     runs: dict[str, list[list[dict[str, Any]]]] = {name: [] for name in METHOD_PRESETS}
-    jobs = [(k, name) for k in range(seeds) for name in METHOD_PRESETS]
     bar = _progress(progress, len(jobs))
-    for k, name in jobs:
-        config = dataclasses.replace(base, seed=base.seed + k, **{"clip_eps_high": None, **METHOD_PRESETS[name]})
-        directory = out / "runs" / name / f"seed{config.seed}"
-        first_method = next(iter(METHOD_PRESETS))
+    for name, config, directory in jobs:
         warm_start = None if name == first_method else out / "runs" / first_method / f"seed{config.seed}" / WARMUP_FILE
         if not (resume and _finished(directory, config.steps)):
-            if not resume and (directory / METRICS_FILE).exists():
-                (directory / METRICS_FILE).unlink()  # a fresh comparison replaces an older one
-            run(config, directory, resume=resume, warm_start=warm_start, progress=False, threads=threads)
+            # resume where a checkpoint exists; otherwise a new run (checked above: absent, or new_run)
+            run(config, directory, resume=resume and (directory / CHECKPOINT_FILE).exists(), new_run=new_run,
+                warm_start=warm_start, progress=False, threads=threads)
         runs[name].append(read_metrics(directory / METRICS_FILE))
         if bar is not None:
             bar.update(1)
@@ -122,6 +138,24 @@ def compare(out: str | Path, *, overrides: dict[str, Any] | None = None, seeds: 
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_curves(runs, out)
     return summary
+
+
+def _check_out(out: Path, directories: list[Path], resume: bool, new_run: bool) -> None:
+    """Refuse, before any run starts, to overwrite a comparison (or a run without a checkpoint on resume)."""
+    if new_run:
+        return
+    if resume:
+        for directory in directories:
+            if not (directory / CHECKPOINT_FILE).exists() and any((directory / f).exists() for f in RUN_FILES):
+                raise ValueError(f"resume: {str(directory)!r} holds a run without {CHECKPOINT_FILE}; it stays "
+                                 "untouched (pass --new-run to replace the comparison)")
+        return
+    held = [f for f in SUMMARY_FILES if (out / f).exists()]
+    held += [str(d.relative_to(out)) for d in directories if any((d / f).exists() for f in RUN_FILES)]
+    if held:
+        shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
+        raise ValueError(f"out: {str(out)!r} already holds a comparison ({shown}); pass --resume to continue it, "
+                         "--new-run to replace it, or choose a new --out")
 
 
 def _finished(directory: Path, steps: int) -> bool:

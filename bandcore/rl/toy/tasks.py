@@ -28,11 +28,11 @@ strategy).  Tokens after the first ``<eos>`` are ignored.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import torch
 
-__all__ = ["BOS", "EOS", "PAD", "TASKS", "AdditionTask", "ReverseTask", "Task", "describe", "get_task"]
+__all__ = ["BOS", "EOS", "PAD", "REWARDS", "TASKS", "AdditionTask", "ReverseTask", "Task", "describe", "get_task"]
 
 PAD, BOS, EOS = 0, 1, 2
 REWARDS = ("exact", "digits")
@@ -43,6 +43,8 @@ class Task(Protocol):
 
     name: str
     reward_mode: str
+    size_name: ClassVar[str]
+    size_range: ClassVar[tuple[int, int]]
 
     @property
     def symbols(self) -> tuple[str, ...]: ...
@@ -68,10 +70,12 @@ class AdditionTask:
     demo_noise: float = 0.05
     carry_only: bool = True
     name: str = "add"
+    #: The keyword that sets the problem size, and its accepted range.
+    size_name: ClassVar[str] = "n_digits"
+    size_range: ClassVar[tuple[int, int]] = (1, 8)
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.n_digits, int) and 1 <= self.n_digits <= 8):
-            raise ValueError(f"n_digits: must be an integer in [1, 8], got {self.n_digits!r}")
+        _check_size(self, self.n_digits)
         _check_common(self)
 
     # ---- vocabulary and shapes -------------------------------------------------------------------------
@@ -161,6 +165,12 @@ class AdditionTask:
 # --------------------------------------------------------------------------------------------------------
 
 
+def _check_size(task, value: int) -> None:
+    low, high = task.size_range
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{task.size_name}: must be an integer in [{low}, {high}], got {value!r}")
+
+
 def _check_common(task) -> None:
     if not (isinstance(task.base, int) and 2 <= task.base <= 10):
         raise ValueError(f"base: must be an integer in [2, 10], got {task.base!r}")
@@ -233,10 +243,12 @@ class ReverseTask:
     demo_correct: float = 0.1
     demo_noise: float = 0.05
     name: str = "reverse"
+    #: The keyword that sets the problem size, and its accepted range.
+    size_name: ClassVar[str] = "length"
+    size_range: ClassVar[tuple[int, int]] = (2, 16)
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.length, int) and 2 <= self.length <= 16):
-            raise ValueError(f"length: must be an integer in [2, 16], got {self.length!r}")
+        _check_size(self, self.length)
         _check_common(self)
 
     @property

@@ -1,23 +1,24 @@
 r"""The policy for the small trainer: a tiny causal LM built from a config, or a local Hugging Face model.
 
-Nothing is downloaded.  :func:`build_tiny_policy` makes a word-level tokenizer over a task's symbols (one
-symbol = one token, ``<pad>``/``<bos>``/``<eos>`` first) and a small ``LlamaConfig`` model from it;
-:func:`load_policy` opens a local directory holding a model and its tokenizer (for example one written by
-:meth:`Policy.save`).  Either way the trainer talks to the model in *task ids* (indices into
-``task.symbols``); :class:`Policy` keeps the two lookup tables that translate task ids to model ids and back,
-so a pretrained model with a large vocabulary can be trained on a task without re-tokenising anything.
+Nothing is downloaded, and ``transformers`` is imported only when a model is built or loaded.
+:func:`build_tiny_policy` makes a word-level tokenizer over a task's symbols (one symbol = one token,
+``<pad>``/``<bos>``/``<eos>`` first) and a small ``LlamaConfig`` model from it; :func:`load_policy` opens a local
+directory holding a model and its tokenizer (for example one written by :meth:`Policy.save`).  Either way the
+trainer talks to the model in *task ids* (indices into ``task.symbols``); :class:`Policy` keeps the two lookup
+tables that translate task ids to model ids and back, so a pretrained model with a large vocabulary can be
+trained on a task without re-tokenising anything.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import WhitespaceSplit
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedTokenizerFast
+
+if TYPE_CHECKING:  # transformers is imported by the functions that build or load a model
+    from transformers import PreTrainedTokenizerFast
 
 __all__ = ["MODEL_SIZES", "Policy", "build_tiny_policy", "load_policy"]
 
@@ -82,6 +83,11 @@ def _symbol_maps(tokenizer, symbols: tuple[str, ...], vocab_size: int) -> tuple[
 
 def word_tokenizer(symbols: tuple[str, ...]) -> PreTrainedTokenizerFast:
     """A whitespace word-level tokenizer whose vocabulary is exactly ``symbols`` (id = position)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from transformers import PreTrainedTokenizerFast
+
     backend = Tokenizer(WordLevel({s: i for i, s in enumerate(symbols)}, unk_token="<pad>"))
     backend.pre_tokenizer = WhitespaceSplit()
     return PreTrainedTokenizerFast(
@@ -94,6 +100,8 @@ def build_tiny_policy(symbols: tuple[str, ...], *, size: str = "tiny", seed: int
 
     The weights are drawn from a private generator seeded with ``seed``; the global RNG is left untouched.
     """
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
     if size not in MODEL_SIZES:
         raise ValueError(f"size: unknown model size {size!r}; choose one of {sorted(MODEL_SIZES)}")
     tokenizer = word_tokenizer(symbols)
@@ -121,6 +129,8 @@ def load_policy(path: str | Path, symbols: tuple[str, ...]) -> Policy:
 
     Every task symbol must be one token of the model's tokenizer.
     """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     path = Path(path)
     if not path.is_dir():
         raise ValueError(f"model: {str(path)!r} is not a local directory with a model and tokenizer")

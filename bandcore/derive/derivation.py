@@ -1,0 +1,204 @@
+r"""The derivation of one divergence's Band: :func:`derive` and its result, :class:`Derivation`.
+
+For a token with old probability :math:`p` and ratio :math:`r = \pi/\pi_{old}` the trust region
+:math:`D_f(\pi\|\pi_{old}) \le \delta` reduces (Jensen on the other tokens) to the binary condition
+
+.. math::  g_f(p, r) = p\,\tilde f(r) + (1-p)\,\tilde f\!\left(\frac{1 - p r}{1 - p}\right) \le \delta,
+
+with :math:`\tilde f(u) = f(u) - f'(1)(u - 1)` (the linear part cancels: :math:`p(r-1) + (1-p)(s-1) = 0`).
+:math:`g_f(p,\cdot)` is convex with :math:`g_f(p, 1) = 0`, so the Band is :math:`[r_{lo}, r_{up}] \ni 1`.
+:func:`derive` finds, for each side, closed-form candidate roots of :math:`g_f = \delta` (:mod:`.roots`) and
+keeps the branch that :mod:`.validate` confirms numerically; then the saturation thresholds
+(:mod:`.saturation`), the limits at :math:`p \to 0, 1` and the small-δ series (:mod:`.limits`).
+
+The whole derivation runs under an overall time budget of :data:`DERIVE_SECONDS` (:mod:`.budget`): a generator
+that makes SymPy slow gets "no closed form" and numeric thresholds, said plainly in ``notes``; one whose exact
+facts cannot be found in time is refused with a :class:`~bandcore.divergences.GeneratorError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import sympy as sp
+
+from ..divergences import Divergence, GeneratorError, list_divergences, resolve
+from .budget import available, deadline
+from .limits import LIMIT_KEYS, asymptotic_root, limits, series
+from .mpmath_g import checked_facts, mp_generator
+from .reduction import DELTA, R, binary, display_g, on_side
+from .roots import solve_closed, tidy
+from .saturation import Saturation, boundary_values, saturation
+from .symbolic import Facts
+from .validate import validate_branch
+
+__all__ = ["ALPHA_EXTRA", "DERIVE_SECONDS", "Derivation", "catalogue", "derive"]
+
+#: The α-family members derived beside the default α = 3 in the reports.
+ALPHA_EXTRA = (2.0, -1.0, 0.5)
+#: Overall time budget of one derivation (seconds); every SymPy call inside gets at most what is left.
+DERIVE_SECONDS = 25.0
+
+
+@dataclass(frozen=True)
+class Derivation:
+    r"""Everything SymPy derives about the Band of one divergence (see the module docstring for the maths).
+
+    Attributes
+    ----------
+    divergence : Divergence
+    g : sympy.Expr
+        :math:`g_f(p, r)` in ``P``, ``R`` (a ``Piecewise`` at :math:`r = 1` for kinked generators).
+    f_normalised : sympy.Expr
+        :math:`\tilde f(u)`.
+    f2 : sympy.Expr
+        :math:`f''(1)` (0 for a kink at 1).
+    upper, lower : sympy.Expr or None
+        Closed forms :math:`r_{up}(p, \delta)`, :math:`r_{lo}(p, \delta)`, valid wherever that side is not
+        saturated (None: no validated closed form; ``notes`` says why).  Evaluate them in complex arithmetic
+        when they contain cube roots (Cardano); the value is real.
+    saturation_upper, saturation_lower : Saturation
+    limits : dict
+        ``"upper_p0"``, ``"upper_p1"``, ``"lower_p0"``, ``"lower_p1"`` (limits of the ratio bounds as
+        :math:`p \to 0, 1` at fixed δ below the saturation level) and ``"q_upper_p0"`` (:math:`\lim p\,r_{up}`).
+        A key is absent when the limit has no closed form; :meth:`limit_value` then computes it numerically.
+    series : tuple
+        :math:`(t, a_2, a_3)`; for a kinked generator ``t = δ/(pJ)`` and the coefficients are 0 when the Band
+        is exactly linear (``nan`` when they were not derived).
+    notes : tuple of str
+        Plain statements of what was found, rejected or not attempted, and why.
+    limit_equation : sympy.Expr or None
+        :math:`q\sigma_\infty + \tilde f(1 - q) - \delta` (the p → 0 equation in ``Q``), when derived.
+    facts : Facts
+        The exact facts of the generator (:func:`~bandcore.derive.symbolic.facts`).
+    """
+
+    divergence: Divergence
+    g: sp.Expr
+    f_normalised: sp.Expr
+    f2: sp.Expr
+    upper: sp.Expr | None
+    lower: sp.Expr | None
+    saturation_upper: Saturation
+    saturation_lower: Saturation
+    limits: dict[str, sp.Expr]
+    series: tuple[sp.Expr, sp.Expr, sp.Expr]
+    notes: tuple[str, ...]
+    limit_equation: sp.Expr | None = field(default=None, repr=False)
+    facts: Facts | None = field(default=None, repr=False, compare=False)
+
+    def limit_value(self, key: str, delta: float) -> float:
+        """The limit ``key`` at ``delta`` as a float: from ``limits`` when closed, else solved numerically."""
+        if key not in LIMIT_KEYS:
+            raise ValueError(f"key must be one of {LIMIT_KEYS}, got {key!r}")
+        if not float(delta) > 0:
+            raise ValueError(f"delta must be > 0, got {delta!r}")
+        level = self.saturation_upper.level
+        q0_saturated = not self.saturation_upper.never and level != sp.oo and float(delta) >= float(level)
+        if key in ("q_upper_p0", "lower_p1") and q0_saturated:
+            return 1.0 if key == "q_upper_p0" else 0.0  # q_up → 1: all mass moves onto the token
+        if key in self.limits:
+            return float(sp.N(self.limits[key].subs(DELTA, sp.Float(delta, 30)), 20))
+        if self.limit_equation is None:
+            raise ValueError(f"the limit {key!r} of {self.divergence.name} was not derived (see the notes)")
+        q0 = asymptotic_root(self.limit_equation, delta)
+        return float(q0) if key == "q_upper_p0" else float(1 - q0)
+
+    def to_markdown(self, *, verified_line: str | None = None) -> str:
+        """A readable report with LaTeX formulas (deterministic: no timings, no dates).
+
+        ``verified_line`` (e.g. ``bandcore.verify.summary_line(divergence)``, computed by the caller) is placed
+        between the report's ``verified`` markers; without it the place stays empty.
+        """
+        from .report import markdown
+
+        return markdown(self, verified_line)
+
+    def to_text(self, delta: float = 0.05) -> str:
+        """The same report for a terminal, with numbers evaluated at ``delta``."""
+        from .report import text
+
+        return text(self, delta)
+
+
+def derive(divergence: str | Divergence, **params: float) -> Derivation:
+    """Derive the Band of ``divergence`` (any spelling :func:`~bandcore.divergences.resolve` accepts); cached.
+
+    Raises :class:`~bandcore.divergences.GeneratorError` when the generator is refused (invalid, or too complex
+    for SymPy to find its basic facts within the time budget).
+
+    >>> d = derive("pearson")
+    >>> d.upper
+    sqrt(delta)*sqrt(1 - p)/sqrt(p) + 1
+    """
+    return _derive(resolve(divergence, **params))
+
+
+def catalogue() -> list[Divergence]:
+    """The divergences of the packaged reports: the catalogue (α = 3) plus α ∈ {2, −1, ½}."""
+    named = [resolve(name) for name in list_divergences()]
+    return named + [resolve("alpha", alpha=a) for a in ALPHA_EXTRA]
+
+
+@lru_cache(maxsize=128)
+def _derive(div: Divergence) -> Derivation:
+    try:
+        with deadline(DERIVE_SECONDS):
+            return _derive_within_budget(div)
+    except RecursionError:
+        raise GeneratorError(f"{div.name}: the generator is nested too deeply for the symbolic engine") from None
+
+
+def _derive_within_budget(div: Divergence) -> Derivation:
+    fx = checked_facts(div)
+    mp_generator(div)  # refuses a generator whose f̃(0+) or slope at infinity is not a number
+    notes: list[str] = []
+    if not available():
+        notes.append("no time budget can be enforced in this thread, so no SymPy solver was run")
+    sides = {"upper": ("gt", "lt"), "lower": ("lt", "gt")}  # (side of r, side of s)
+    pieces: dict[str, sp.Expr | None] = {}
+    closed: dict[str, sp.Expr | None] = {}
+    for side, (r_side, s_side) in sides.items():
+        f_r, f_s = on_side(fx.f_normalised, r_side), on_side(fx.f_normalised, s_side)
+        if f_r is None or f_s is None:
+            pieces[side] = closed[side] = None
+            notes.append(f"{side} bound: no closed form attempted — |·| in f changes sign away from u = 1")
+            continue
+        pieces[side] = binary(f_r, f_s)
+        candidates, solve_notes = solve_closed(pieces[side] - DELTA, R, f"{side} bound")
+        notes.extend(solve_notes)
+        branch, branch_notes = validate_branch(div, side, candidates)
+        notes.extend(branch_notes)
+        if branch is not None:
+            tidied = tidy(branch)
+            if tidied is not branch:
+                tidy_ok, _ = validate_branch(div, side, [tidied])
+                branch = tidied if tidy_ok is not None else branch
+        elif candidates:
+            notes.append(f"{side} bound: no closed form — SymPy's roots gave no branch valid on the whole region")
+        closed[side] = branch
+    g_up, g_lo, level = boundary_values(div, fx)
+    saturation_upper, sat_notes = saturation(div, fx, "upper", g_up, level)
+    notes.extend(sat_notes)
+    saturation_lower, sat_notes = saturation(div, fx, "lower", g_lo, level)
+    notes.extend(sat_notes)
+    found, equation, limit_notes = limits(fx, closed["upper"], closed["lower"], level)
+    notes.extend(limit_notes)
+    coefficients, series_notes = series(fx)
+    notes.extend(series_notes)
+    return Derivation(
+        divergence=div,
+        g=display_g(fx, pieces),
+        f_normalised=fx.f_normalised,
+        f2=fx.f2,
+        upper=closed["upper"],
+        lower=closed["lower"],
+        saturation_upper=saturation_upper,
+        saturation_lower=saturation_lower,
+        limits=found,
+        series=coefficients,
+        notes=tuple(notes),
+        limit_equation=equation,
+        facts=fx,
+    )

@@ -1,0 +1,109 @@
+"""The :mod:`.numba_ops` names with exp, expm1, log and log1p written out (range reduction + Taylor / atanh
+series, <= 2 ulp, every branch a select) so that LLVM vectorises a loop over them; libm calls would not
+vectorise and cost 4-5x more.  Used by the closed-form solvers on the Numba backend."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+from .numba_ops import (  # noqa: F401 - re-exported ops names
+    abs,
+    all_true,
+    inf,
+    isfinite,
+    isnan,
+    logaddexp,
+    logical_and,
+    logical_not,
+    logical_or,
+    maximum,
+    minimum,
+    nan,
+    sqrt,
+    where,
+)
+
+_JIT = dict(cache=True, inline="always", error_model="numpy", fastmath={"nsz", "arcp", "contract"})
+LN2_HI = 6.93147180369123816490e-01  # ln 2 = LN2_HI + LN2_LO, LN2_HI with 32 trailing zero bits
+LN2_LO = 1.90821492927058770002e-10
+INV_LN2 = 1.4426950408889634
+SQRT_HALF_BITS = 0x3FE6A09E667F3BCD
+TWO_52 = 4503599627370496.0
+MIN_NORMAL = 2.2250738585072014e-308
+EXP_TAYLOR = tuple(1 / math.factorial(k) for k in range(1, 14))
+ATANH_ODD = tuple(1 / (2 * k + 1) for k in range(1, 12))
+
+
+@intrinsic
+def _as_int(typingctx, x):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _as_float(typingctx, x):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+@njit(**_JIT)
+def _taylor(x):
+    """sum_{k>=1} x^k / k!, k <= 13, Horner (loop over a constant tuple: unrolled)."""
+    y = 0.0
+    for k in range(len(EXP_TAYLOR) - 1, -1, -1):
+        y = (y + EXP_TAYLOR[k]) * x
+    return y
+
+
+@njit(**_JIT)
+def exp(x):
+    """exp(x): x = n ln2 + r, |r| <= ln2/2, Taylor (error 4e-18), times 2^n in two factors (subnormals)."""
+    xc = min(max(x, -746.0), 1000.0)
+    n = math.floor(xc * INV_LN2 + 0.5)
+    r = (xc - n * LN2_HI) - n * LN2_LO
+    y = _taylor(r) + 1.0
+    k = np.int64(n)
+    h = k >> 1
+    y = y * _as_float((h + 1023) << 52) * _as_float((k - h + 1023) << 52)
+    return y if x >= -746.0 else (0.0 if x < -746.0 else x)  # exp(-inf) = 0, NaN stays NaN
+
+
+@njit(**_JIT)
+def expm1(x):
+    """exp(x) - 1: the Taylor series for |x| < ln2/2 (no cancellation), else exp(x) - 1."""
+    return _taylor(x) if math.fabs(x) < 0.34657359027997264 else exp(x) - 1.0
+
+
+@njit(**_JIT)
+def log(x):
+    """log(x) = e ln2 + 2 atanh(s), x = 2^e m, m in [sqrt(1/2), sqrt(2)), s = (m-1)/(m+1), |s| < 0.172."""
+    tiny = x < MIN_NORMAL
+    bits = _as_int(x * TWO_52 if tiny else x)  # subnormal: scale into the normal range
+    e = (bits - SQRT_HALF_BITS) >> 52
+    m = _as_float(bits - (e << 52))
+    s = (m - 1.0) / (m + 1.0)  # m - 1 exact (Sterbenz)
+    z = s * s
+    y = 0.0
+    for k in range(len(ATANH_ODD) - 1, -1, -1):
+        y = (y + ATANH_ODD[k]) * z
+    fe = float(e) - (52.0 if tiny else 0.0)
+    value = fe * LN2_HI + (2.0 * s * y + fe * LN2_LO + 2.0 * s)
+    if x > 0.0 and x < math.inf:
+        return value
+    return -math.inf if x == 0.0 else (x if x > 0.0 else math.nan)
+
+
+@njit(**_JIT)
+def log1p(x):
+    """log(1 + x) = log(u) + (x - (u - 1))/u with u = fl(1 + x): the rounding of u compensated."""
+    u = 1.0 + x
+    return log(u) + (x - (u - 1.0)) / u

@@ -1,0 +1,66 @@
+"""The :mod:`.ops` names for scalars inside Numba-compiled code (libm calls; ``where`` is a select)."""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+inf = math.inf
+nan = math.nan
+exp = math.exp
+log = math.log
+log1p = math.log1p
+expm1 = math.expm1
+sqrt = math.sqrt
+isfinite = math.isfinite
+isnan = math.isnan
+_JIT = dict(cache=True, inline="always", error_model="numpy")
+
+
+@njit(**_JIT)
+def abs(x):  # noqa: A001 - the ops name
+    return -x if x < 0 else (x if x >= 0 else x)
+
+
+@njit(**_JIT)
+def where(cond, a, b):
+    return a if cond else b
+
+
+@njit(**_JIT)
+def minimum(a, b):
+    return a if a < b or math.isnan(a) else b
+
+
+@njit(**_JIT)
+def maximum(a, b):
+    return a if a > b or math.isnan(a) else b
+
+
+@njit(**_JIT)
+def logaddexp(a, b):
+    m = a if a > b else b
+    if m == -math.inf:
+        return -math.inf
+    return m + math.log1p(math.exp(-math.fabs(a - b)))
+
+
+@njit(**_JIT)
+def logical_and(a, b):
+    return a and b
+
+
+@njit(**_JIT)
+def logical_or(a, b):
+    return a or b
+
+
+@njit(**_JIT)
+def logical_not(a):
+    return not a
+
+
+@njit(**_JIT)
+def all_true(a):
+    return a

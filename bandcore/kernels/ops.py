@@ -1,0 +1,100 @@
+r"""The element-wise operations the solvers are written in, for each backend (a tiny array-API shim).
+
+The solver modules (:mod:`.newton`, :mod:`.kl`, :mod:`.closed`) are written once against a namespace ``xp``
+with these names, and bound to one of:
+
+* :data:`numpy_ops` — NumPy arrays (the reference backend);
+* :func:`torch_ops` — torch tensors on any device (float64; Python numbers are lifted, so a constant side
+  function never meets ``torch.exp`` on a float);
+* :mod:`.numba_ops` / :mod:`.numba_fast_ops` — scalars inside Numba-compiled code (``where`` is a select).
+
+Names: ``exp log log1p expm1 sqrt abs where minimum maximum logaddexp isfinite isnan logical_and logical_or
+logical_not all_true inf nan``.  ``all_true(mask)`` lets a loop stop early where that costs no host
+synchronisation (NumPy, Numba); on torch it is always False, so loops run their full, proven length.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from types import SimpleNamespace
+
+import numpy as np
+
+__all__ = ["numpy_ops", "torch_ops"]
+
+
+def _numpy_all(mask: np.ndarray) -> bool:
+    return bool(np.all(mask))
+
+
+numpy_ops = SimpleNamespace(
+    exp=np.exp,
+    log=np.log,
+    log1p=np.log1p,
+    expm1=np.expm1,
+    sqrt=np.sqrt,
+    abs=np.abs,
+    where=np.where,
+    minimum=np.minimum,
+    maximum=np.maximum,
+    logaddexp=np.logaddexp,
+    isfinite=np.isfinite,
+    isnan=np.isnan,
+    logical_and=np.logical_and,
+    logical_or=np.logical_or,
+    logical_not=np.logical_not,
+    all_true=_numpy_all,
+    inf=math.inf,
+    nan=math.nan,
+    name="numpy",
+)
+
+
+@lru_cache(maxsize=1)
+def torch_ops() -> SimpleNamespace:
+    """The namespace for torch tensors (imports torch on first use)."""
+    import torch
+
+    def lift(fn, scalar_fn):
+        def op(x):
+            return fn(x) if isinstance(x, torch.Tensor) else scalar_fn(x)
+
+        return op
+
+    def where(cond, a, b):
+        if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+            a = torch.as_tensor(a, dtype=torch.float64, device=cond.device)
+        return torch.where(cond, a, b)
+
+    def binary(fn, scalar_fn):
+        def op(a, b):
+            if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+                a = a if isinstance(a, torch.Tensor) else torch.as_tensor(a, dtype=b.dtype, device=b.device)
+                b = b if isinstance(b, torch.Tensor) else torch.as_tensor(b, dtype=a.dtype, device=a.device)
+                return fn(a, b)
+            return scalar_fn(a, b)
+
+        return op
+
+    return SimpleNamespace(
+        exp=lift(torch.exp, math.exp),
+        log=lift(torch.log, lambda x: math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)),
+        log1p=lift(torch.log1p, lambda x: math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)),
+        expm1=lift(torch.expm1, math.expm1),
+        sqrt=lift(torch.sqrt, lambda x: math.sqrt(x) if x >= 0 else math.nan),
+        abs=lift(torch.abs, abs),
+        where=where,
+        minimum=binary(torch.minimum, min),
+        maximum=binary(torch.maximum, max),
+        logaddexp=binary(torch.logaddexp, np.logaddexp),
+        isfinite=lift(torch.isfinite, math.isfinite),
+        isnan=lift(torch.isnan, math.isnan),
+        logical_and=torch.logical_and,
+        logical_or=torch.logical_or,
+        logical_not=torch.logical_not,
+        all_true=lambda mask: False,  # no host synchronisation: loops run their full length
+        inf=math.inf,
+        nan=math.nan,
+        name="torch",
+    )

@@ -1,0 +1,319 @@
+r"""The Band solvers, written once against the element-wise namespace ``xp`` (see :mod:`.ops`).
+
+This module is the single source of the solver arithmetic.  :mod:`.backends` binds it to NumPy arrays, torch
+tensors, or Numba scalars (it compiles a generated copy of this file whose ``xp`` is :mod:`.numba_ops`); the
+per-divergence globals (``phi_r dphi_r f_s k_s`` and the constants below) are bound per instance.
+
+**Variables.**  For one token with :math:`\log p` and :math:`\log(1-p)` the upper root is found in the offset
+:math:`d = \theta - \theta_p \ge 0` of the new logit :math:`\theta = \operatorname{logit} q` from the old one.
+With :math:`E = e^d - 1`:
+
+.. math::
+    r - 1 = \frac{(1-p)E}{1 + pE}, \qquad s - 1 = -\frac{pE}{1 + pE}, \qquad
+    \log s = -\operatorname{logaddexp}(\log(1-p), \log p + d),
+
+and :math:`G(d) = g_f(p, r) = q\,\Phi(r) + (1-p)\tilde f(s)`, :math:`\Phi(u) = \tilde f(u)/u`,
+:math:`G'(d) = q[(1-q)\tilde f'(r) - (1-p)s\tilde f'(s)]`.  The lower root is the upper root of the mirrored
+token (swap :math:`\log p` and :math:`\log(1-p)`): :math:`\log r_{lo} = \log s` there.
+
+**Generic safeguarded Newton** (:func:`generic_bounds`).  Saturation is decided first and exactly:
+:math:`r_{up} = 1/p` iff :math:`G(\infty) = \Phi(1/p) + (1-p)\tilde f(0) \le \delta`.  The start is the
+small-δ root of :math:`G \approx p(1-p)(\kappa d + \tfrac12 \tilde f''(1) d^2)` (:math:`\kappa` a kink at 1).
+Each step takes the Newton variant (on :math:`G`, :math:`\log G`, or :math:`\log G` vs :math:`\log d`) whose
+local model best predicts the previous point, kept inside the bracket of inside/outside points seen so far
+and required to halve the step once bracketed, else a (geometric) bisection.  A token is converged when a
+step is below ``STEP_TOLERANCE`` relative (quadratic convergence then leaves ~1e-20) or the bracket is one
+ulp wide.  The bisection halves the bracket's exponent range, so every token converges within
+``MAX_ITERATIONS`` (the tests check it on points 1e-10 from every saturation threshold); a token that did
+not gets status ``NOT_CONVERGED``.
+
+**KL** (:func:`kl_bounds`, f = −log u): :math:`G(d) = \mathrm{kl}(p, q) = p\varphi(x) + (1-p)\varphi(y)`,
+:math:`\varphi(x) = x - \log(1+x)`, :math:`G' = q - p`, :math:`G'' = q(1-q)`.  :math:`G` is convex, so
+Halley/Newton from an outer start (the smallest of :math:`q - p \le \sqrt{\delta/2}`,
+:math:`\sqrt{2p\delta} + \delta`, :math:`\sqrt{2(1-p)\delta}` and :math:`\log(1-q) \ge \log(1-p) +
+(p\log p - \delta)/(1-p)`) decreases monotonically to the root: ``KL_STEPS`` = 4 steps reach the oracle to
+~4e-14 over log p ∈ [-1e4, 0), δ ∈ [1e-8, 10].
+
+**Closed forms** (:func:`tv_bounds`, :func:`pearson_bounds`): :math:`r = 1 \pm \delta/p` and
+:math:`r = 1 \pm \sqrt{\delta(1-p)/p}`, written in logarithms so nothing overflows for any finite log p.
+
+Every ``*_bounds(lp, delta, lower_at_one)`` returns ``(log_lower, log_upper, status)`` for any ``lp`` (NaN,
+positive, 0, -inf included: :func:`finish` applies the conventions once), ``status`` as in
+:class:`bandcore._contract.Status`.
+"""
+
+from __future__ import annotations
+
+from .ops import numpy_ops as xp  # rebound per backend by .backends
+
+# per-divergence globals of the generic solver, bound by .backends
+phi_r = dphi_r = f_s = k_s = None
+F_AT_ZERO = 0.0  # f̃(0+)  (inf: the lower bound never saturates)
+SLOPE_AT_INFINITY = 0.0  # σ∞ = lim f̃(u)/u
+F2 = 0.0  # f̃''(1) (0 for a kink)
+KINK = 0.0  # f̃'(1+) - f̃'(1-)
+
+#: Iteration budget of the generic solver (every catalogue divergence needs <= 72 next to its thresholds).
+MAX_ITERATIONS = 96
+STEP_TOLERANCE = 1e-10
+#: Upper end of the offset bracket before any evaluation.
+D_MAX = 1e308
+#: The start is capped at logit q = 40 (q = 1 - 4e-18).
+Q_NEAR_ONE = 40.0
+#: Below this log p, p is (near-)subnormal: r, s and q are built from logarithms.
+LOG_P_TINY = -700.0
+#: Fixed number of Halley steps of the KL solver.
+KL_STEPS = 4
+#: Taylor coefficients of phi(x) = x - log(1+x) = sum_{k>=2} (-1)^k x^k / k, |x| < 0.1 (error 1e-18).
+PHI = (0.5, -1 / 3, 0.25, -0.2, 1 / 6, -1 / 7, 0.125, -1 / 9, 0.1, -1 / 11, 1 / 12, -1 / 13, 1 / 14, -1 / 15, 0.0625)
+
+CONVERGED, SATURATED, NOT_CONVERGED, INVALID_INPUT = 0.0, 1.0, -2.0, -3.0
+
+
+def finish(lp, lower, upper, status, lower_at_one):
+    """The conventions, once: NaN or log p > 0 -> NaN (invalid); p = 1 -> (lower_at_one, 0); p = 0 -> (-inf, inf)."""
+    invalid = xp.logical_not(lp <= 0.0)
+    at_one = lp == 0.0
+    at_zero = lp == -xp.inf
+    special = xp.logical_or(at_one, at_zero)
+    lower = xp.where(invalid, xp.nan, xp.where(at_one, lower_at_one, xp.where(at_zero, -xp.inf, lower)))
+    upper = xp.where(invalid, xp.nan, xp.where(at_one, 0.0, xp.where(at_zero, xp.inf, upper)))
+    status = xp.where(invalid, INVALID_INPUT, xp.where(special, SATURATED, status))
+    return lower, upper, status
+
+
+def _regular(lp):
+    """(log p, log(1-p)) with the non-regular entries (0, -inf, NaN, > 0) replaced by p = e^-1."""
+    lps = xp.where(xp.logical_and(lp < 0.0, lp > -xp.inf), lp, -1.0)
+    return lps, xp.log(-xp.expm1(lps))  # log(1-p) = log(-expm1(log p)), exact near p = 1
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The generic safeguarded Newton
+# ------------------------------------------------------------------------------------------------------------
+
+
+def cells(lp, lq, p, pc, d):
+    """(x_r, log r, r, x_s, log s, s, q) at offset d, every quantity without cancellation."""
+    den = p + xp.exp(-d) / -xp.expm1(-d)  # (1 + pE)/E = p + 1/E, 1/E = e^-d/(1 - e^-d): no overflow
+    x_r = pc / den  # r - 1 = (1-p)E/(1+pE)
+    x_s = -p / den  # s - 1 = -pE/(1+pE)
+    b = lp + d
+    a = xp.logaddexp(lq, b)  # log(1 + pE) = log((1-p) + p e^d)
+    tiny = xp.logical_and(lp < LOG_P_TINY, b > -40.0)  # p subnormal: build from logs
+    # log r = d - a, without forming lp + d - lp when d >> |lp|
+    log_r_tiny = xp.where(b > lq, -lp - xp.log1p(xp.exp(lq - b)), d - lq - xp.log1p(xp.exp(b - lq)))
+    x_r = xp.where(tiny, xp.expm1(log_r_tiny), x_r)
+    x_s = xp.where(tiny, xp.expm1(-a), x_s)
+    log_r = xp.where(tiny, log_r_tiny, xp.log1p(x_r))
+    far = x_s < -0.5
+    log_s = xp.where(far, -a, xp.log1p(x_s))  # log s = -log(1+pE)
+    r = 1.0 + x_r
+    s = xp.where(far, xp.exp(log_s), 1.0 + x_s)
+    q = xp.where(lp < LOG_P_TINY, xp.exp(lp + log_r), p * r)  # q = p r
+    return x_r, log_r, r, x_s, log_s, s, q
+
+
+def g_and_slope(lp, lq, p, pc, d):
+    """(G(d), G'(d))."""
+    x_r, log_r, r, x_s, log_s, s, q = cells(lp, lq, p, pc, d)
+    g = q * phi_r(x_r, log_r, r) + pc * f_s(x_s, log_s, s)  # p f(r) = q f(r)/r
+    slope = q * (pc * s * dphi_r(x_r, log_r, r) - pc * k_s(x_s, log_s, s))  # 1 - q = (1-p) s
+    return g, slope
+
+
+def g_at_infinity(lp, pc):
+    """G(d = inf) = Phi(1/p) + (1-p) f(0): the upper ratio saturates at 1/p iff this is <= delta."""
+    normal = lp >= LOG_P_TINY
+    x = xp.where(normal, xp.expm1(-xp.maximum(lp, LOG_P_TINY)), 0.0)  # 1/p - 1
+    phi = xp.where(normal, phi_r(x, -lp, 1.0 + x), SLOPE_AT_INFINITY)
+    rest = xp.where(pc > 0.0, pc * F_AT_ZERO, 0.0) if F_AT_ZERO < xp.inf else xp.where(pc > 0.0, xp.inf, 0.0)
+    return phi + rest
+
+
+def start(p, pc, lp, lq, delta):
+    """Small-delta root of G ~ p(1-p)(kink d + f''(1) d^2/2), capped at logit q = Q_NEAR_ONE."""
+    c = p * pc
+    if F2 > 0:
+        d = (xp.sqrt(KINK * KINK + 2.0 * F2 * delta / c) - KINK) / F2
+    elif KINK > 0:
+        d = delta / (KINK * c)
+    else:
+        d = c * 0.0 + 1.0
+    cap = xp.maximum(Q_NEAR_ONE + lq - lp, Q_NEAR_ONE)
+    return xp.where(xp.logical_and(d > 0.0, d < cap), d, cap)
+
+
+def step(g, slope, d, lo, hi, d_prev, g_prev, delta):
+    """One safeguarded step: (next d, lo, hi, converged); see the module docstring."""
+    inside = g <= delta
+    lo = xp.where(inside, xp.maximum(lo, d), lo)
+    hi = xp.where(inside, hi, xp.minimum(hi, d))
+    rate = slope / g  # d log G / dd
+    log_ratio = xp.log(delta / g)
+    log_seen = xp.log(g_prev / g)
+    error_linear = xp.abs(xp.log1p(rate * (d_prev - d)) - log_seen)
+    error_exponential = xp.abs(rate * (d_prev - d) - log_seen)
+    error_power = xp.abs(rate * d * xp.log(d_prev / d) - log_seen)
+    error_linear = xp.where(xp.isnan(error_linear), xp.inf, error_linear)
+    error_exponential = xp.where(xp.isnan(error_exponential), xp.inf, error_exponential)
+    linear = d + (delta - g) / slope  # Newton on G
+    exponential = d + log_ratio / rate  # Newton on log G
+    power = d * xp.exp(log_ratio / (rate * d))  # Newton on log G vs log d
+    candidate = xp.where(error_linear < error_exponential, linear, exponential)
+    best = xp.minimum(error_linear, error_exponential)
+    candidate = xp.where(xp.logical_or(xp.isnan(error_power), error_power <= best), power, candidate)
+    # a step from an overflowed G or slope (inf) says nothing about convergence
+    converged = xp.logical_and(
+        xp.abs(candidate - d) <= STEP_TOLERANCE * d, xp.logical_and(xp.isfinite(g), xp.isfinite(slope))
+    )
+    shrinking = xp.logical_or(hi >= D_MAX, xp.logical_not(xp.abs(candidate - d) > 0.5 * xp.abs(d - d_prev)))
+    inside_bracket = xp.logical_and(xp.logical_and(candidate > lo, candidate < hi), shrinking)
+    ok = xp.logical_or(converged, inside_bracket)
+    floor = xp.where(lo > 0.0, lo, xp.minimum(0.125 * hi, 1.0))  # d ~ 1: the natural scale of a logit
+    middle = xp.where(hi > 4.0 * floor, xp.sqrt(floor) * xp.sqrt(hi), 0.5 * (lo + hi))
+    candidate = xp.where(ok, candidate, middle)
+    converged = xp.logical_or(converged, hi - lo <= 4e-16 * hi)
+    return candidate, lo, hi, converged
+
+
+def upper_root(lp, lq, delta):
+    """(log r, log s, saturated, converged) at the upper root of each token (lp, lq)."""
+    p = xp.exp(lp)
+    pc = xp.exp(lq)
+    saturated = g_at_infinity(lp, pc) <= delta
+    d = start(p, pc, lp, lq, delta)
+    lo = d * 0.0
+    hi = lo + D_MAX
+    d_prev = lo + xp.nan
+    g_prev = lo + xp.nan
+    done = saturated
+    for _ in range(MAX_ITERATIONS):
+        g, slope = g_and_slope(lp, lq, p, pc, d)
+        candidate, lo, hi, converged = step(g, slope, d, lo, hi, d_prev, g_prev, delta)
+        d_prev = d
+        g_prev = g
+        d = xp.where(done, d, candidate)
+        done = xp.logical_or(done, converged)
+        if xp.all_true(done):
+            break
+    _, log_r, _, _, log_s, _, _ = cells(lp, lq, p, pc, d)
+    return log_r, log_s, saturated, done
+
+
+def generic_bounds(lp, delta, lower_at_one):
+    """(log r_lo, log r_up, status) of the Band for any generator (module docstring)."""
+    lps, lq = _regular(lp)
+    log_r, _, up_saturated, up_done = upper_root(lps, lq, delta)
+    _, log_s, lo_saturated, lo_done = upper_root(lq, lps, delta)  # mirror: p <-> 1 - p
+    # 1 - p < e^-700: 1/p - r_up < 1e-300 s (f(s) ~ delta/(1-p) > 1e290), so log r_up = -log p to the last bit
+    up_saturated = xp.logical_or(up_saturated, lq < LOG_P_TINY)
+    upper = xp.where(up_saturated, -lps, xp.minimum(log_r, -lps))  # r_up <= 1/p (a rounding excess is cut)
+    lower = xp.where(lo_saturated, -xp.inf, log_s)
+    status = xp.where(xp.logical_or(up_saturated, lo_saturated), SATURATED, CONVERGED)
+    status = xp.where(xp.logical_and(up_done, lo_done), status, NOT_CONVERGED)
+    return finish(lp, lower, upper, status, lower_at_one)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# KL: Halley in the logit from an outer start
+# ------------------------------------------------------------------------------------------------------------
+
+
+def phi(x, log1p_x):
+    """phi(x) = x - log(1+x); Taylor for |x| < 0.1 (no cancellation); ``log1p_x`` an accurate log(1+x)."""
+    series = x * 0.0
+    for k in range(len(PHI) - 1, -1, -1):
+        series = (series + PHI[k]) * x
+    return xp.where(xp.abs(x) < 0.1, series * x, x - log1p_x)
+
+
+def kl_upper_root(lp, lq, delta):
+    """(log r, log s) at the upper root of the KL Band of each token (lp, lq); KL never saturates."""
+    p = xp.exp(lp)
+    pc = xp.exp(lq)
+    tiny = lp < LOG_P_TINY
+    gap = xp.minimum(xp.minimum(p * 0.0 + (delta / 2) ** 0.5, xp.sqrt(2 * p * delta) + delta), xp.sqrt(2 * pc * delta))
+    d = xp.where(gap < pc, xp.log1p(gap / p) - xp.log1p(-gap / pc), xp.inf)
+    w = (delta - p * lp) / pc  # -log s >= w
+    d = xp.minimum(d, xp.log(-xp.expm1(lq - w)) - lp + w)
+    log_r = d * 0.0
+    log_s = d * 0.0
+    for it in range(KL_STEPS + 1):
+        den = p + xp.exp(-d) / -xp.expm1(-d)  # (1 + pE)/E
+        b = lp + d
+        a = xp.logaddexp(lq, b)  # log(1 + pE)
+        far = xp.logical_or(-p / den < -0.5, tiny)  # s from logs (also when p is subnormal)
+        log_s = xp.where(far, -a, xp.log1p(-p / den))
+        s = xp.where(far, xp.exp(log_s), 1.0 - p / den)
+        y = s - 1.0
+        log_r = xp.where(tiny, xp.where(b > lq, -lp - xp.log1p(xp.exp(lq - b)), d - a), xp.log1p(pc / den))
+        q_minus_p = xp.where(tiny, xp.exp(lp + log_r) - p, p * (pc / den))
+        if it == KL_STEPS:
+            break
+        g_r = xp.where(tiny, q_minus_p - p * log_r, p * phi(pc / den, log_r))  # p phi(x) = (q - p) - p log r
+        h = g_r + pc * phi(y, log_s) - delta
+        g2 = (p + q_minus_p) * pc * s  # G'' = q (1 - q)
+        newton = h / q_minus_p
+        curvature = newton * (g2 / q_minus_p)  # h G''/G'^2 without underflowing G'^2
+        halley = xp.logical_and(curvature >= 0.0, curvature <= 1.0)
+        shift = xp.where(halley, newton / (1.0 - 0.5 * curvature), newton)
+        d = xp.where(xp.isfinite(shift), d - shift, d)
+    return log_r, log_s
+
+
+def kl_bounds(lp, delta, lower_at_one):
+    """(log r_lo, log r_up, status) of the KL Band (module docstring)."""
+    lps, lq = _regular(lp)
+    log_r, _ = kl_upper_root(lps, lq, delta)
+    _, log_s = kl_upper_root(lq, lps, delta)  # mirror: log r_lo = log s'
+    # 1 - p < e^-700: r_up = 1/p to the last bit (KL: 1/p - r_up ~ e^{-delta/(1-p)}/p)
+    upper = xp.where(lq < LOG_P_TINY, -lps, xp.minimum(log_r, -lps))
+    status = xp.where(lq < LOG_P_TINY, SATURATED, CONVERGED)
+    return finish(lp, log_s, upper, status, lower_at_one)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Closed forms: total variation and Pearson chi^2
+# ------------------------------------------------------------------------------------------------------------
+
+
+def tv_bounds(lp, delta, lower_at_one):
+    """TV, g = p|r - 1|: r = 1 ± delta/p; upper saturates iff delta >= 1 - p, lower iff delta >= p."""
+    lps = xp.minimum(lp, 0.0)
+    p = xp.exp(lps)
+    pc = -xp.expm1(lps)  # 1 - p
+    ratio = delta / p
+    # log(1 + delta/p); for delta/p > 1 as log(p + delta) - log p (delta/p overflows for tiny p)
+    upper = xp.where(ratio <= 1.0, xp.log1p(ratio), xp.log(p + delta) - lps)
+    upper_saturated = delta >= pc
+    upper = xp.where(upper_saturated, -lps, upper)
+    # log(1 - delta/p); for delta/p > 1/2 as log((p - delta)/p), p - delta exact (Sterbenz)
+    lower = xp.where(ratio <= 0.5, xp.log1p(-ratio), xp.log((p - delta) / p))
+    lower_saturated = delta >= p
+    lower = xp.where(lower_saturated, -xp.inf, lower)
+    status = xp.where(xp.logical_or(upper_saturated, lower_saturated), SATURATED, CONVERGED)
+    return finish(lp, lower, upper, status, lower_at_one)
+
+
+def pearson_bounds(lp, delta, lower_at_one):
+    """Pearson, g = p(r-1)^2/(1-p): r = 1 ± t, t = sqrt(delta(1-p)/p); saturated iff delta p >= 1 - p (upper),
+    delta(1 - p) >= p (lower).  log t = (log delta + log(1-p) - log p)/2: no overflow for any finite log p."""
+    lps = xp.minimum(lp, 0.0)
+    p = xp.exp(lps)
+    pc = -xp.expm1(lps)
+    log_t = 0.5 * (xp.log(delta) + xp.log(pc) - lps)
+    t = xp.exp(xp.minimum(log_t, 700.0))
+    upper = xp.where(log_t > 0.0, log_t + xp.log1p(xp.exp(-log_t)), xp.log1p(t))  # log(1 + t)
+    upper_saturated = delta * p >= pc
+    upper = xp.where(upper_saturated, -lps, upper)
+    # log(1 - t); for t > 1/2: 1 - t = (p - delta (1-p)) / (p (1 + t))
+    lower = xp.where(t <= 0.5, xp.log1p(-t), xp.log((p - delta * pc) / (p * (1.0 + t))))
+    lower_saturated = delta * pc >= p
+    lower = xp.where(lower_saturated, -xp.inf, lower)
+    status = xp.where(xp.logical_or(upper_saturated, lower_saturated), SATURATED, CONVERGED)
+    return finish(lp, lower, upper, status, lower_at_one)
+
+
+#: kind -> bounds function name (the entry points of a bound instance)
+ENTRY_POINTS = {"generic": "generic_bounds", "kl": "kl_bounds", "tv": "tv_bounds", "pearson": "pearson_bounds"}

@@ -1,0 +1,186 @@
+r"""The pieces a lookup table needs from a generator: a stable :math:`g_f`, the bounds' slopes, saturation.
+
+The pieces live in the coordinate :math:`x = \operatorname{logit} p = \log p - \log(1-p)`, which stretches both
+ends (:math:`x \approx \log p` for small :math:`p`, :math:`x \approx -\log(1-p)` near 1); then
+:math:`\log p = -\operatorname{softplus}(-x)` and :math:`\log(1-p) = -\operatorname{softplus}(x)` exactly.
+
+With :math:`y = \log r` and :math:`t_s = s - 1 = -e^{x}\,\mathrm{expm1}(y)` (since
+:math:`s = (1-pr)/(1-p)` and :math:`p/(1-p) = e^x`),
+
+.. math::  g_f = p\,A(y) + (1-p)\,T(t_s), \qquad A(y) = \tilde f(e^y), \quad T(t) = \tilde f(1+t),
+
+where :math:`A`, :math:`T`, :math:`B(y) = e^y \tilde f'(e^y)` and :math:`T'(t) = \tilde f'(1+t)` are the
+cancellation-free closed forms of :mod:`bandcore.derive.table_pieces`.  Implicit differentiation of
+:math:`g_f(p, r) = \delta` along the root gives the exact slope used by the Hermite interpolants,
+
+.. math::  \frac{dy}{dx} = -\frac{(1-p)\,[A(y) - T(t_s)] - T'(t_s)\,\mathrm{expm1}(y)}{B(y) - e^{y}\,T'(t_s)},
+           \qquad \frac{dr}{dx} = e^{y}\,\frac{dy}{dx},
+
+from :math:`\partial_r g = p[\tilde f'(r) - \tilde f'(s)]`,
+:math:`\partial_p g = \tilde f(r) - \tilde f(s) + \tilde f'(s)(1-r)/(1-p)` and :math:`dp/dx = p(1-p)`.
+Tables interpolate in :math:`L = -\log p`; since :math:`dx/dL = -1/(1-p)`,
+
+.. math::  \frac{dy}{dL} = -\frac{1}{1-p}\,\frac{dy}{dx}, \qquad 1 - p = -\mathrm{expm1}(-L).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import mpmath as mp
+import numpy as np
+
+from ..derive.mpmath_g import g_mp
+from ..derive.table_pieces import table_pieces
+from ..divergences import Divergence, resolve
+
+__all__ = ["GeneratorPieces", "bisection_band_log", "log_p_of_x", "pieces", "saturation_threshold", "x_of_log_p"]
+
+
+def x_of_log_p(log_p: np.ndarray) -> np.ndarray:
+    """:math:`x = \\log p - \\log(1-p)` with :math:`\\log(1-p) = \\log(-\\mathrm{expm1}(\\log p))`."""
+    with np.errstate(divide="ignore"):
+        return log_p - np.log(-np.expm1(log_p))
+
+
+def log_p_of_x(x: np.ndarray) -> np.ndarray:
+    """:math:`\\log p = -\\operatorname{softplus}(-x) = -\\mathrm{logaddexp}(0, -x)`."""
+    return -np.logaddexp(0.0, -np.asarray(x, dtype=np.float64))
+
+
+@dataclass(frozen=True)
+class GeneratorPieces:
+    """Vectorised :math:`A, B, T, T'` of one divergence (see the module docstring) and :math:`\\tilde f(0)`."""
+
+    A: Callable
+    B: Callable
+    T: Callable
+    Tp: Callable
+    f_at_zero: float
+
+    def g(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """:math:`g_f(p, e^y)` at :math:`x = \\operatorname{logit} p`; ``y = -inf`` is r = 0."""
+        with np.errstate(all="ignore"):
+            p, one_minus_p = np.exp(log_p_of_x(x)), np.exp(log_p_of_x(-x))
+            t_s = np.maximum(-np.exp(x) * np.expm1(y), -1.0)  # s - 1 = -(p/(1-p))·expm1(y), s >= 0
+            a = np.where(np.isneginf(y), self.f_at_zero, self.A(y))
+            return p * a + one_minus_p * self.T(t_s)
+
+    def dy_dx(self, x: np.ndarray, y: np.ndarray, kink: np.ndarray | bool = False) -> np.ndarray:
+        """Slope of a root :math:`y = \\log r(x)` of :math:`g_f = \\delta` (implicit differentiation).
+
+        Where ``kink`` is true the point is the saturation threshold itself and the slope is the unsaturated
+        branch's (one-sided), not the saturated :math:`-(1-p)`.
+        """
+        with np.errstate(all="ignore"):
+            one_minus_p = np.exp(log_p_of_x(-x))
+            em1 = np.expm1(y)
+            t_s = np.maximum(-np.exp(x) * em1, -1.0)
+            tp = self.Tp(t_s)
+            num = one_minus_p * (self.A(y) - self.T(t_s)) - tp * em1
+            b = self.B(y)
+            # B(y) = e^y f'(e^y) = e^y T'(expm1 y): the second form where the first overflows (e^y·e^y terms)
+            b = np.where(np.isfinite(b), b, np.exp(y) * self.Tp(em1))
+            slope = -num / (b - np.exp(y) * tp)
+            # s = 0 to double precision (t_s = -1): y = -log p to the last bit, so dy/dx = -(1-p)
+            return np.where((t_s <= -1.0) & ~np.asarray(kink, dtype=bool), -one_minus_p, slope)
+
+    def dr_dx(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Slope of a root in ratio form, :math:`dr/dx = -(1-p)\\,\\partial_p g / (p^{-1}\\partial_r g)`; valid at
+        r = 0 (``y = -inf``), with :math:`r - 1 = \\mathrm{expm1}(y)` exact near r = 1."""
+        with np.errstate(all="ignore"):
+            one_minus_p = np.exp(log_p_of_x(-x))
+            r_minus_1 = np.expm1(y)
+            t_s = np.maximum(-np.exp(x) * r_minus_1, -1.0)
+            tp = self.Tp(t_s)
+            num = one_minus_p * (self.T(r_minus_1) - self.T(t_s)) - tp * r_minus_1
+            return -num / (self.Tp(r_minus_1) - tp)
+
+    def slope_in_L(self, L: np.ndarray, y: np.ndarray, ratio: bool = False, kink=False) -> np.ndarray:
+        """:math:`dy/dL` (or :math:`dr/dL` with ``ratio``) of a root at :math:`L = -\\log p`, from the x-slopes
+        (``kink``: see :meth:`dy_dx`)."""
+        x = x_of_log_p(-np.asarray(L, dtype=np.float64))
+        with np.errstate(all="ignore"):
+            slope = self.dr_dx(x, y) if ratio else self.dy_dx(x, y, kink)
+            return slope / np.expm1(-L)  # dx/dL = -1/(1-p) and 1 - p = -expm1(-L)
+
+
+def pieces(divergence: str | Divergence) -> GeneratorPieces:
+    """The stable vectorised pieces of ``divergence``'s normalised generator (any spelling; cached)."""
+    return _pieces(resolve(divergence))
+
+
+@lru_cache(maxsize=64)
+def _pieces(div: Divergence) -> GeneratorPieces:
+    return GeneratorPieces(*table_pieces(div))
+
+
+def saturation_threshold(divergence: str | Divergence, delta: float, side: str, L_range: tuple[float, float]):
+    """The :math:`L^* = -\\log p^*` where ``side`` (``"upper"``/``"lower"``) starts to saturate (50-digit bisection).
+
+    The upper bound is saturated (:math:`r = 1/p`) iff :math:`g_f(p, 1/p) \\le \\delta`, for :math:`L \\le L^*`;
+    the lower one (:math:`r = 0`) iff :math:`g_f(p, 0) \\le \\delta`, for :math:`L \\ge L^*`.  Returns ``None``
+    when the side never saturates in ``L_range``, ``"all"`` when it saturates on all of it.
+    """
+    div = resolve(divergence)
+    if pieces(div).f_at_zero == float("inf"):
+        return None
+
+    def saturated(L: float) -> bool:
+        with mp.workdps(50):
+            log_p = -mp.mpf(L)
+            y = -log_p if side == "upper" else mp.ninf
+            return bool(g_mp(div, log_p, y) <= mp.mpf(delta))
+
+    lo, hi = L_range
+    at_lo, at_hi = saturated(lo), saturated(hi)
+    if at_lo == at_hi:
+        return "all" if at_lo else None
+    inside, outside = (lo, hi) if side == "upper" else (hi, lo)
+    for _ in range(2000):
+        mid = (inside + outside) / 2
+        if mid in (inside, outside):
+            break
+        if saturated(mid):
+            inside = mid
+        else:
+            outside = mid
+    return inside
+
+
+# --------------------------------------------------------------------------------------------------------
+# The tables' exact solver
+# --------------------------------------------------------------------------------------------------------
+
+
+def _bisect_bits(inside_fn, n: int, upper_limit: np.ndarray) -> np.ndarray:
+    """Largest m in [0, upper_limit] (float64, bit-exact) with inside_fn(m) true; inside_fn is monotone."""
+    lo = np.zeros(n, dtype=np.int64)  # the bits of 0.0 (inside)
+    hi = upper_limit.astype(np.float64).view(np.int64).copy()
+    for _ in range(64):
+        mid = lo + (hi - lo + 1) // 2
+        ok = inside_fn(mid.view(np.float64))
+        lo = np.where(ok, mid, lo)
+        hi = np.where(ok, hi, mid - 1)
+    return lo.view(np.float64)
+
+
+def bisection_band_log(old_log_prob, divergence, delta: float) -> tuple[np.ndarray, np.ndarray]:
+    """(log r_lo, log r_up) by bisection on the float64 bit patterns of :math:`\\pm\\log r` (64 steps each).
+
+    Exact to the last bit of the stable :math:`g_f` (:class:`GeneratorPieces`); slow (128 evaluations of
+    :math:`g_f`) but vectorised.  Tables are built and certified against it: being a different algorithm from
+    the fast backends, it also cross-checks them.  Catalogue generators whose :math:`\\tilde f` overflows in
+    float64 at extreme :math:`s` (e.g. Neyman as :math:`p \\to 1`) are not supported here.
+    """
+    parts = pieces(divergence)
+    log_p = np.asarray(old_log_prob, dtype=np.float64)
+    shape = log_p.shape
+    log_p = log_p.ravel()
+    x = x_of_log_p(log_p)
+    n = log_p.size
+    upper = _bisect_bits(lambda m: parts.g(x, m) <= delta, n, -log_p)
+    lower = -_bisect_bits(lambda m: parts.g(x, -m) <= delta, n, np.full(n, np.inf))
+    return lower.reshape(shape), upper.reshape(shape)
