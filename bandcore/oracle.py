@@ -9,62 +9,28 @@ Band is an interval :math:`[r_{lo}, r_{up}] \ni 1`.  This module finds both ends
 :math:`y = \log r` at ``dps`` decimal digits (default 50), with the saturated ends decided exactly:
 :math:`r_{up} = 1/p` iff :math:`g_f(p, 1/p) \le \delta`, :math:`r_{lo} = 0` iff :math:`g_f(p, 0) \le \delta`.
 
-At :math:`p = 1` the usual perspective convention :math:`0\cdot f(x/0) = x \lim_{u\to\infty} f(u)/u` is used,
-which makes every bound continuous as :math:`p \to 1` (e.g. KL: :math:`[e^{-\delta}, 1]`).
+:math:`g_f` is the one mpmath implementation of :mod:`bandcore.derive.mpmath_g` (re-exported here as
+:func:`g_mp`).  At :math:`p = 1` it uses the perspective convention :math:`0\cdot f(x/0) = x \lim_{u\to\infty}
+f(u)/u`, which makes every bound continuous as :math:`p \to 1` (e.g. KL: :math:`[e^{-\delta}, 1]`).
 
 Used by the tests, the benchmark and table certification; never on a hot path.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from collections.abc import Callable
+from typing import Any
 
 import mpmath as mp
 import numpy as np
-import sympy as sp
 
-from .divergences import Divergence, U, get_divergence
+from .derive.mpmath_g import g_mp, mp_generator
+from .divergences import Divergence, resolve
 
 __all__ = ["band_log_mp", "g_mp", "reference_band_log"]
 
 
-@lru_cache(maxsize=64)
-def _mp_functions(div: Divergence):
-    f_tilde = sp.lambdify(U, div.f_normalised, "mpmath")
-    return f_tilde, _constant(div.f_at_zero), _constant(div.slope_at_infinity)
-
-
-def _constant(value: sp.Expr):
-    if value == sp.oo:
-        return mp.inf
-    with mp.workdps(80):
-        return mp.mpf(str(sp.N(value, 80)))
-
-
-def _f_tilde(div: Divergence, u):
-    f_tilde, f0, _ = _mp_functions(div)
-    if u == 0:
-        return f0
-    return mp.re(f_tilde(u))
-
-
-def g_mp(div: Divergence, log_p, y):
-    """:math:`g_f(p, r)` at ``log_p`` and ``y = log r`` (``y = -inf`` means r = 0), in the current mp context."""
-    log_p, y = mp.mpf(log_p), mp.mpf(y)
-    p = mp.exp(log_p)
-    r = mp.exp(y) if y != mp.ninf else mp.mpf(0)
-    one_minus_pr = -mp.expm1(log_p + y) if y != mp.ninf else mp.mpf(1)  # 1 - p r = -expm1(log p + log r)
-    if one_minus_pr < 0:
-        return mp.inf
-    one_minus_p = -mp.expm1(log_p)  # 1 - p = -expm1(log p), no cancellation near p = 1
-    if one_minus_p == 0:  # perspective: 0·f̃(x/0) = x·lim f̃(u)/u
-        _, _, slope = _mp_functions(div)
-        rest = mp.inf if (slope is mp.inf and one_minus_pr > 0) else one_minus_pr * (slope if one_minus_pr else 0)
-        return p * _f_tilde(div, r) + rest
-    return p * _f_tilde(div, r) + one_minus_p * _f_tilde(div, one_minus_pr / one_minus_p)
-
-
-def _bisect(h, inside, outside, rel_tol):
+def _bisect(h: Callable[[Any], Any], inside: Any, outside: Any, rel_tol: Any) -> Any:
     """Bisection on h(y) <= 0 (inside) vs h(y) > 0 (outside) until relative width < rel_tol."""
     for _ in range(5000):
         mid = (inside + outside) / 2
@@ -77,13 +43,13 @@ def _bisect(h, inside, outside, rel_tol):
     return (inside + outside) / 2
 
 
-def band_log_mp(divergence: str | Divergence, log_p, delta, *, dps: int = 50) -> tuple[mp.mpf, mp.mpf]:
+def band_log_mp(divergence: str | Divergence, log_p: Any, delta: Any, *, dps: int = 50) -> tuple[mp.mpf, mp.mpf]:
     """(log r_lo, log r_up) of the Band at ``log_p`` (<= 0) and ``delta`` (> 0) to about ``dps - 10`` digits.
 
     ``log_p`` and ``delta`` may be floats, strings or mpf.  A saturated lower bound is ``-inf``; a saturated
     upper bound is exactly ``-log_p``.
     """
-    div = get_divergence(divergence)
+    div = resolve(divergence)
     with mp.workdps(dps):
         log_p, delta = mp.mpf(log_p), mp.mpf(delta)
         if log_p > 0 or delta <= 0:
@@ -100,7 +66,7 @@ def band_log_mp(divergence: str | Divergence, log_p, delta, *, dps: int = 50) ->
             upper = _bisect(h, mp.mpf(0), y_max, rel_tol)
         if h(mp.ninf) <= 0:
             lower = mp.ninf
-        elif log_p == 0 and _mp_functions(div)[2] is mp.inf:
+        elif log_p == 0 and mp_generator(div).slope_at_infinity == mp.inf:
             lower = mp.mpf(0)  # p = 1 and f̃ superlinear: any mass moved off the token costs infinitely much
         else:
             outside = mp.mpf(-1)
@@ -112,7 +78,7 @@ def band_log_mp(divergence: str | Divergence, log_p, delta, *, dps: int = 50) ->
 
 
 def reference_band_log(
-    divergence: str | Divergence, old_log_prob, delta: float, *, dps: int = 50
+    divergence: str | Divergence, old_log_prob: Any, delta: float, *, dps: int = 50
 ) -> tuple[np.ndarray, np.ndarray]:
     """Element-wise :func:`band_log_mp` on an array of float64 log-probabilities, rounded once to float64."""
     flat = np.asarray(old_log_prob, dtype=np.float64).ravel()

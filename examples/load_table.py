@@ -1,5 +1,5 @@
 """Standalone Band lookup from a bandcore 1-D .npz table (format 2): NumPy only, no bandcore needed.
-Usage: python load_table.py tables/kl_delta0.05.npz -3.0 -0.1   (old log-probs) -> log r_lo, log r_up"""
+Usage: python load_table.py bandcore/tables/data/kl_delta0.05.npz -3.0 -0.1   (old log-probs) -> log r_lo, log r_up"""
 import json
 import sys
 

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
 import torch
 
-from bandcore.bench import _accuracy_points, llm_like_log_probs, rel_log_error
 from bandcore.cli import main
 from bandcore.oracle import reference_band_log
-from bandcore.published import published_band
+from bandcore.tables import rel_log_error
+from bandcore.tools import bench
+from bandcore.tools.bench import _accuracy_points, llm_like_log_probs
+from bandcore.tools.published import published_band
 
 
 def test_generator_is_llm_like_and_deterministic():
@@ -54,10 +57,58 @@ def test_published_solver_error_is_bisection_sized():
     assert rel_log_error(np.log(lo.numpy()[2:3]), exact_lo[2:3])[0] > 0.1
 
 
+def test_default_threads_are_the_cores_for_torch_and_numba():
+    numba = pytest.importorskip("numba")
+    expected = min(os.cpu_count() or 1, numba.config.NUMBA_NUM_THREADS)
+    assert bench._resolve_threads(None) == expected
+    assert bench._resolve_threads(1) == 1
+    with pytest.raises(ValueError, match="threads"):
+        bench._resolve_threads(numba.config.NUMBA_NUM_THREADS + 1)
+    with pytest.raises(ValueError, match="threads"):
+        bench._resolve_threads(0)
+
+
+def test_run_bench_sets_equal_threads_and_restores_them(monkeypatch):
+    numba = pytest.importorskip("numba")
+    seen = {}
+
+    def fake_run(*args):
+        seen["threads"] = (torch.get_num_threads(), numba.get_num_threads(), args[7])
+        return {"ok": True}
+
+    before = (torch.get_num_threads(), numba.get_num_threads())
+    monkeypatch.setattr(bench, "_run", fake_run)
+    assert bench.run_bench(100, threads=1, progress=False) == {"ok": True}
+    assert seen["threads"] == (1, 1, 1)
+    assert (torch.get_num_threads(), numba.get_num_threads()) == before
+
+
+def test_progress_bar_only_when_asked_or_on_a_tty(capsys):
+    pytest.importorskip("tqdm")
+    quiet = bench._Progress(3, False)
+    quiet.step("a")
+    quiet.close()
+    auto = bench._Progress(3, None)  # pytest's stderr is not a terminal: no bar
+    auto.step("a")
+    auto.close()
+    assert capsys.readouterr().err == ""
+    shown = bench._Progress(2, True)
+    shown.step("kl: numba", 2)
+    shown.close()
+    assert "bench: " in capsys.readouterr().err  # tqdm redraws at most every 0.1 s: the first frame only
+
+
+@pytest.mark.parametrize("args", [["--threads", "0"], ["--n", "0"], ["--delta", "nan"], ["--repeats", "-1"]])
+def test_bench_usage_errors_are_one_line(capsys, args):
+    assert main(["bench", "--quiet", "--no-memory", *args]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("bandcore bench: error: ") and args[0] in err[0]
+
+
 @pytest.fixture(scope="module")
 def quick_report(tmp_path_factory):
     path = tmp_path_factory.mktemp("bench") / "bench.json"
-    assert main(["bench", "--quick", "--quiet", "--json", str(path)]) == 0
+    assert main(["bench", "--quick", "--quiet", "--threads", "1", "--json", str(path)]) == 0
     return json.loads(path.read_text())
 
 
@@ -66,16 +117,19 @@ def test_quick_bench_json_has_every_column(quick_report):
     r = quick_report
     for key in ("n_tokens", "delta", "seed", "machine", "copy", "results", "memory", "tables", "accuracy_points"):
         assert key in r
+    assert r["threads"] == 1 and r["machine"]["torch_threads"] == 1
+    assert r["machine"]["numba_threads"] in (1, None)  # None: Numba not installed
+    assert not r["unavailable"], r["unavailable"]
     assert r["copy"]["roofline_mtok_s"] > 0 and r["copy"]["bytes_per_token"] == 12
     methods = {(row["divergence"], row["method"]) for row in r["results"]}
     for div in ("kl", "tv", "pearson"):
-        assert {(div, "published"), (div, "numpy"), (div, "numba"), (div, "table")} <= methods
+        assert {(div, m) for m in ("published", "numpy", "numba", "torch", "table", "table-torch")} <= methods
     for row in r["results"]:
         assert row["seconds"] > 0 and row["first_call_seconds"] > 0
         assert math.isclose(row["mtok_s"], r["n_tokens"] / row["seconds"] / 1e6)
         assert row["speedup_vs_published"] is not None
         assert row["max_rel_err"] == max(row["max_rel_err_lower"], row["max_rel_err_upper"])
-        if row["method"] in ("numpy", "numba"):
+        if row["method"] in ("numpy", "numba", "torch"):
             assert row["max_rel_err"] <= 1e-12  # the contract
         if row["method"].startswith("table"):
             assert row["max_rel_err"] <= r["tables"][row["divergence"]]["certified_max_rel_error"]

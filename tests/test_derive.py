@@ -1,8 +1,9 @@
-"""The SymPy derivation engine against the 50-digit mpmath oracle (bandcore.oracle)."""
+"""The SymPy derivation engine against the 50-digit mpmath oracle (bandcore.oracle), and its time budgets."""
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 import mpmath as mp
@@ -11,6 +12,8 @@ import sympy as sp
 
 from bandcore import Divergence
 from bandcore.derive import DELTA, Derivation, P, catalogue, derive, series_coefficients
+from bandcore.derive.budget import BudgetExceeded, bounded, deadline, time_limit
+from bandcore.divergences import GeneratorError
 from bandcore.oracle import band_log_mp
 
 P_GRID = (1e-6, 1e-3, 0.08, 0.5, 0.92, 1 - 1e-6)
@@ -82,7 +85,7 @@ def test_no_closed_form_is_said_plainly(derived, name):
     assert d.upper is None and d.lower is None
     assert any(note.startswith("upper bound: no closed form") for note in d.notes)
     assert any(note.startswith("lower bound: no closed form") for note in d.notes)
-    assert "**none**" in d.to_markdown(verified=False)
+    assert "**none**" in d.to_markdown()
 
 
 def test_hellinger_spurious_branch_rejected(derived):
@@ -90,7 +93,7 @@ def test_hellinger_spurious_branch_rejected(derived):
     notes = "\n".join(d.notes)
     assert "lower bound: candidate 1 of 2 rejected" in notes
     assert "lower bound: where it saturates the formula is a spurious root" in notes
-    # MATH.md §4: at p = 0.01, δ = 0.5 the '−' formula gives q = 0.34 > p although the bound saturates
+    # at p = 0.01, δ = 0.5 the '−' formula gives q = 0.34 > p although the bound saturates
     p, delta = 0.01, 0.5
     assert p <= d.saturation_lower(delta)
     assert band_log_mp("hellinger", math.log(p), delta)[0] == mp.ninf
@@ -111,12 +114,12 @@ def test_expected_closed_forms_symbolically(derived):
         q_lo = (cc * math.sqrt(p) - math.sqrt((1 - p) * (1 - cc**2))) ** 2
         assert float(_at(derived["hellinger"].upper, p, delta)) * p == pytest.approx(q_up, rel=1e-13)
         assert float(_at(derived["hellinger"].lower, p, delta)) * p == pytest.approx(q_lo, rel=1e-13)
-    assert c  # c is MATH.md's notation; the thresholds below use it
+    assert c  # c = 1 - δ/2: the Hellinger thresholds below use it
 
 
 # ---------------------------------------------------------------------------------------------- saturation
 
-THRESHOLDS = {  # MATH.md §4: (upper threshold, lower threshold) in δ; None = never
+THRESHOLDS = {  # (upper threshold, lower threshold) in δ, derived by hand; None = never
     "tv": (1 - DELTA, DELTA),
     "pearson": (1 / (1 + DELTA), DELTA / (1 + DELTA)),
     "hellinger": ((1 - DELTA / 2) ** 2, 1 - (1 - DELTA / 2) ** 2),
@@ -203,7 +206,7 @@ def test_limits_against_the_oracle(derived, name):
 def test_js_limits_are_numeric(derived):
     js = derived["js"]
     assert "q_upper_p0" not in js.limits
-    assert "(numeric)" in js.to_markdown(verified=False)
+    assert "(numeric)" in js.to_markdown()
 
 
 # ---------------------------------------------------------------------------------------------- series
@@ -275,8 +278,8 @@ def test_transcendental_generator_is_not_handed_to_a_solver():
 
 def test_markdown_report_is_deterministic(derived):
     d = derived["pearson"]
-    text = d.to_markdown(verified=False)
-    assert text == d.to_markdown(verified=False)
+    text = d.to_markdown()
+    assert text == d.to_markdown()
     assert "$$" in text and "## Saturation" in text
     assert "<!-- verified: begin -->\n<!-- verified: end -->" in text  # a delimited place, no placeholder
 
@@ -284,3 +287,136 @@ def test_markdown_report_is_deterministic(derived):
 def test_derive_accepts_names_aliases_and_params():
     assert derive("bandchi2").upper == derive("pearson").upper
     assert derive("alpha", alpha=2.0) is derive("alpha", alpha=2.0)
+
+
+def test_markdown_report_carries_the_verified_line_it_is_given(derived):
+    text = derived["pearson"].to_markdown(verified_line="Verified: by hand")
+    assert "<!-- verified: begin -->\nVerified: by hand\n<!-- verified: end -->" in text
+
+
+# ---------------------------------------------------------------------------------------------- time budgets
+
+
+def _spin(seconds: float) -> int:
+    """Pure-Python busy work (what a runaway SymPy call looks like to the interpreter)."""
+    end, count = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        count += 1
+    return count
+
+
+def _swallowing_spin() -> None:
+    """A call that catches Exception everywhere (as some SymPy code does) must still be interrupted."""
+    while True:
+        try:
+            _spin(0.01)
+        except Exception:
+            pass
+
+
+@pytest.mark.parametrize("work", [lambda: _spin(30), _swallowing_spin], ids=["loop", "swallows-Exception"])
+def test_budget_interrupts_a_call_in_the_main_thread(work):
+    start = time.perf_counter()
+    assert bounded(work, 0.2) is None
+    assert time.perf_counter() - start < 5
+
+
+def test_budget_interrupts_a_call_off_the_main_thread():
+    results = []
+
+    def worker():
+        start = time.perf_counter()
+        results.append((bounded(lambda: _spin(30), 0.2), time.perf_counter() - start))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive()
+    assert results[0][0] is None and results[0][1] < 5
+
+
+def test_no_interruption_escapes_a_budget():
+    """Calls that end right at their limit: the exception is raised inside the budget or not at all."""
+    rng = __import__("random").Random(0)
+    for _ in range(300):
+        bounded(lambda: _spin(rng.uniform(0, 2e-3)), rng.uniform(0, 2e-3))
+        _spin(5e-4)  # an interruption delivered late would surface here
+    assert bounded(lambda: 42, 1.0) == 42
+
+
+def test_deadline_caps_every_budgeted_call():
+    with deadline(0.3):
+        start = time.perf_counter()
+        assert bounded(lambda: _spin(30), 60.0) is None
+        assert time.perf_counter() - start < 5
+        assert bounded(lambda: 1, 60.0) is None  # nothing left: the call is not run
+    assert bounded(lambda: 1, 60.0) == 1
+
+
+def test_time_limit_raises_budget_exceeded_and_recursion_is_contained():
+    with pytest.raises(BudgetExceeded):
+        with time_limit(0.1):
+            _spin(30)
+
+    def deep(n):
+        return deep(n + 1)
+
+    assert bounded(lambda: deep(0), 5.0) is None  # RecursionError becomes "no answer"
+
+
+# f = (u-1)**64 reaches 1e308 on the validity grid: the numeric generator check warns about the overflow
+_OVERFLOW_OK = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+HARD = [
+    pytest.param(" + ".join(f"(u-1)**{2 * k}" for k in range(1, 16)), id="long-sum"),  # degree-30 equation
+    pytest.param("u - " + "sqrt(" * 30 + "u" + ")" * 30, id="nested-sqrt"),  # radicals SymPy cannot clear
+    pytest.param("cosh(u-1) - 1 + (u-1)**12 + abs(u-1)**3", id="cosh-mix"),
+    pytest.param("(u-1)**40/(u+1) + exp(u-1) - u", id="rational-exp"),
+    pytest.param("(u-1)**64 + exp(u-1) - u", id="power-64-exp", marks=_OVERFLOW_OK),
+]
+
+
+@pytest.mark.parametrize("formula", HARD)
+def test_hard_generators_return_or_refuse_quickly(formula):
+    """A hang guard, not a benchmark: whatever SymPy makes of them, derive() answers in bounded time."""
+    start = time.perf_counter()
+    try:
+        d = derive(formula)
+    except GeneratorError as err:
+        assert "SymPy" in str(err) or "nested" in str(err)
+    else:
+        assert d.notes and isinstance(d.to_markdown(), str)
+        if d.upper is None:
+            assert any(note.startswith("upper bound: no closed form") for note in d.notes)
+    assert time.perf_counter() - start < 30
+
+
+def test_derive_off_the_main_thread_is_bounded_too():
+    results = []
+    formula = "u - " + "sqrt(" * 29 + "u" + ")" * 29
+
+    def worker():
+        start = time.perf_counter()
+        results.append((derive(formula), time.perf_counter() - start))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive()
+    d, seconds = results[0]
+    assert seconds < 30 and d.upper is None
+
+
+def test_generator_sympy_cannot_handle_is_refused_in_one_line(monkeypatch):
+    from bandcore.derive import mpmath_g, symbolic
+
+    def failing(div):
+        raise TypeError("Invalid comparison of non-real zoo")
+
+    monkeypatch.setattr(symbolic, "facts", failing)
+    with pytest.raises(GeneratorError, match=r"SymPy could not derive .*\(TypeError: Invalid comparison"):
+        derive("(u-1)**2 + 0.125*(u-1)**4")
+    monkeypatch.setattr(symbolic, "facts", lambda div: _spin(30))
+    start = time.perf_counter()
+    with pytest.raises(GeneratorError, match=r"within 0\.2 s"):
+        mpmath_g.checked_facts("(u-1)**2 + 0.25*(u-1)**4", seconds=0.2)
+    assert time.perf_counter() - start < 5

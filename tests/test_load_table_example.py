@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from bandcore import BandTable
-from bandcore.table_cli import SHIPPED
 from bandcore.tables import SHIPPED_DIR, shipped_name
+from bandcore.tables.shipped import SHIPPED
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "load_table.py"
 

@@ -1,4 +1,4 @@
-"""Figures (bandcore.plot): files written as PNG/PDF, not blank, and plotting exactly band()'s values."""
+"""Figures (bandcore.tools.plot): files written as PNG/PDF, not blank, and plotting exactly band()'s values."""
 
 import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
@@ -7,7 +7,7 @@ import pytest
 
 from bandcore.band import band
 from bandcore.cli import main
-from bandcore.plot import plot_bounds, plot_ratio, plot_region
+from bandcore.tools.plot import plot_bounds, plot_ratio, plot_region
 
 
 def _lines(fig):
@@ -86,3 +86,26 @@ def test_cli_writes_each_figure(tmp_path, capsys):
 def test_bad_arguments_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         plot_ratio(**kwargs)
+
+
+def test_cli_takes_every_spelling_and_names_bad_options(tmp_path, capsys):
+    out = tmp_path / "ratio.png"
+    assert main(["plot", "ratio", "--divergences", "alpha(0.5)", "(u-1)**2", "--out", str(out)]) == 0
+    _not_blank(out)
+    assert main(["plot", "region", "--divergence", "klx", "--out", str(tmp_path / "r.png")]) == 2
+    assert "unknown divergence 'klx'" in capsys.readouterr().err
+    assert main(["plot", "bounds", "--delta", "nan", "--out", str(tmp_path / "b.png")]) == 2
+    assert "--delta" in capsys.readouterr().err
+    assert main(["plot", "bounds", "--eps", "1.5", "--out", str(tmp_path / "b.png")]) == 2
+    assert main(["plot", "bounds", "--out", str(tmp_path / "b.svg")]) == 2
+    assert "--out must end in one of .png, .pdf" in capsys.readouterr().err
+    assert not (tmp_path / "b.png").exists() and not (tmp_path / "b.svg").exists()
+
+
+def test_functions_take_divergence_objects_and_formulas():
+    from bandcore.divergences import resolve
+
+    fig = plot_ratio(0.05, [resolve("hellinger"), "(u-1)**2"])
+    labels = {line.get_label() for line in fig.axes[0].get_lines()}
+    assert {"Band: hellinger", "Band: (u - 1)**2"} <= labels
+    plt.close(fig)

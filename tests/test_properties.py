@@ -1,4 +1,4 @@
-r"""Property tests of :func:`bandcore.band_log`, per divergence (DESIGN.md numerical contract).
+r"""Property tests of :func:`bandcore.band_log`, per divergence (the fp64 numerical contract).
 
 Two layers:
 
@@ -9,7 +9,7 @@ Two layers:
   :math:`g_f(p, r) = \delta` to within the contract, :math:`\pm 10^{-11}\max(1, |\log r|)` in :math:`\log r`,
   unless it is saturated (then :math:`g_f \le \delta` there);
 
-plus the small-δ series of MATH.md §3 in :math:`t = \pm\sqrt{2\delta(1-p)/(p f_2)}`: the measured second and
+plus the small-δ series in :math:`t = \pm\sqrt{2\delta(1-p)/(p f_2)}`: the measured second and
 third coefficients converge to :math:`a_2, a_3`, and the third-order truncation error falls like :math:`\delta^2`.
 """
 
@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import bandcore as bc
 from bandcore.band import band, band_log
+from bandcore.derive.symbolic import facts
 from bandcore.oracle import g_mp
 
 DIVERGENCES = [
@@ -148,19 +149,19 @@ def test_bounds_are_roots_of_g_many(div, log_p, delta):
     _check_root(div, log_p, delta)
 
 
-# ---- small-δ series (MATH.md §3) --------------------------------------------------------------------
+# ---- small-δ series ---------------------------------------------------------------------------------
 
 
 def _series_terms(div, p: float, delta: np.ndarray, sign: float):
-    """(t, a2, a3) of MATH.md §3: r = 1 + t + a2 t^2 + a3 t^3 + O(t^4)."""
-    f2, f3, f4 = (float(x) for x in div.derivatives_at_one)
+    """(t, a2, a3) of the small-δ series: r = 1 + t + a2 t^2 + a3 t^3 + O(t^4)."""
+    f2, f3, f4 = (float(x) for x in facts(div).derivatives_at_one)
     t = sign * np.sqrt(2 * delta * (1 - p) / (p * f2))
     a2 = -f3 * (1 - 2 * p) / (6 * f2 * (1 - p))
     a3 = (5 * f3**2 * (1 - 2 * p) ** 2 - 3 * f2 * f4 * (1 - 3 * p + 3 * p**2)) / (72 * f2**2 * (1 - p) ** 2)
     return t, a2, a3
 
 
-@pytest.mark.parametrize("div", [d for d in DIVERGENCES if d.is_smooth_at_one], ids=lambda d: d.name)
+@pytest.mark.parametrize("div", [d for d in DIVERGENCES if facts(d).is_smooth_at_one], ids=lambda d: d.name)
 @pytest.mark.parametrize("p", [0.08, 0.3])
 def test_small_delta_series_order_matches_error_slope(div, p):
     """(r - series_1)/t^2 = a2 + O(t), (r - series_2)/t^3 = a3 + O(t); the order-3 error falls like δ^2."""

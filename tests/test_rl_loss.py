@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,7 +146,7 @@ def test_max_ratio_caps_the_upper_bound(batch, band_bounds):
 
 
 def test_max_ratio_on_a_rare_token():
-    """p = 0.001: the Band allows r up to 53.5 (MATH.md); max_ratio = 10 clips r = 20."""
+    """p = 0.001: the KL Band at δ = 0.05 allows r up to 53.5; max_ratio = 10 clips r = 20."""
     old = torch.tensor([[math.log(0.001)]], dtype=torch.float64)
     new = old + math.log(20.0)
     adv, mask = torch.ones(1, dtype=torch.float64), torch.ones(1, 1, dtype=torch.bool)
@@ -386,3 +390,27 @@ def test_precomputed_bounds_give_the_same_loss_and_gradient():
     assert all(torch.equal(metrics[k], metrics_pre[k]) for k in metrics)
     with pytest.raises(ValueError, match="log_bounds must be two tensors of shape"):
         band_policy_loss(new, old, adv, mask, log_bounds=(bounds[0][:, :3], bounds[1][:, :3]), **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Import weight: the loss pulls torch and nothing heavy
+# ---------------------------------------------------------------------------------------------------------
+
+HEAVY = ("sympy", "cvxpy", "numba", "matplotlib")
+
+
+def _python(code: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_importing_bandcore_rl_is_light():
+    assert _python("import sys, bandcore.rl; print('torch' in sys.modules)") == "False"
+    loaded = _python(
+        "import sys; from bandcore.rl import band_policy_loss, log_ratio_bounds; import bandcore.rl.bounds; "
+        f"print([m for m in {HEAVY!r} if m in sys.modules])"
+    )
+    assert loaded == "[]"

@@ -10,9 +10,8 @@ import torch
 
 from bandcore import BandTable
 from bandcore.oracle import reference_band_log
-from bandcore.table_math import bisection_band_log, log_p_of_x
-from bandcore.tables import rel_log_error
-from bandcore.tables2d import BandTable2D
+from bandcore.tables import BandTable2D, rel_log_error
+from bandcore.tables.pieces import bisection_band_log, log_p_of_x
 
 SHIPPED_1D = [(name, delta) for name in ("kl", "tv", "pearson") for delta in (0.01, 0.05, 0.2)]
 
@@ -96,7 +95,7 @@ def test_build_target_controls_knots():
 def test_tv_saturation_is_exact_on_both_sides_of_the_kink():
     delta = 0.05
     table = BandTable.shipped("tv", delta)
-    # lower saturates iff p <= δ, upper iff p >= 1 - δ (MATH.md §4)
+    # lower saturates iff p <= δ, upper iff p >= 1 - δ
     p = np.array([1e-9, 0.01, delta * (1 - 1e-12), 0.5, 1 - delta * (1 - 1e-12), 0.99, 1 - 1e-12])
     log_p = np.log(p)
     lo, up = table.log(log_p)
@@ -185,7 +184,7 @@ def test_torch_matches_numpy(kl_table, dtype):
 @pytest.mark.parametrize("name", ["kl", "tv", "pearson"])
 def test_torch_device_kernel_matches_numba(name):
     """The torch kernel (used on GPUs; CPU tensors take the Numba path) run here on CPU tensors."""
-    from bandcore.table_eval import eval_log_torch
+    from bandcore.tables.evaluate import eval_log_torch
 
     table = BandTable.shipped(name, 0.05)
     log_p = np.concatenate([_unseen_log_p(4, 2000), [0.0, -0.0, 1e-7, 0.5, np.nan, -np.inf, -1e4]])

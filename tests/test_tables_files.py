@@ -11,9 +11,8 @@ import pytest
 
 from bandcore import BandTable
 from bandcore.cli import main
-from bandcore.table_cli import SHIPPED, check_shipped
-from bandcore.table_formats import SUFFIXES, TableFileError, checksum
-from bandcore.tables import SHIPPED_DIR
+from bandcore.tables.formats import SHIPPED_DIR, SUFFIXES, TableFileError, checksum
+from bandcore.tables.shipped import SHIPPED, check_shipped
 
 LOG_P = np.concatenate([-np.logspace(-12, 2.8, 300), [0.0, -1e-300, -700.0]])
 
@@ -123,3 +122,125 @@ def test_cli_build_inspect_check(tmp_path, capsys):
     assert main(["table", "check", str(out), "--points", "5"]) == 0
     assert "within the certified" in capsys.readouterr().out
     assert main(["table", "build", "--divergence", "nope", "--delta", "0.3", "--out", str(out), "--quiet"]) == 2
+
+
+# ---- untrusted files: sizes checked before anything is allocated; labels checked against the contents --------
+
+
+def _npz(path, members: dict[str, bytes]):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
+
+
+def _npy(array) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+def _shipped_members(name="kl_delta0.05.npz") -> dict[str, bytes]:
+    with zipfile.ZipFile(SHIPPED_DIR / name) as z:
+        return {info.filename: z.read(info) for info in z.infolist()}
+
+
+def _with(drop: str = "", **replace):
+    return lambda path: _npz(path, {**{k: v for k, v in _shipped_members().items() if k != drop}, **replace})
+
+
+def _huge_header(path):  # a header claiming 10^9 elements over 16 bytes of data: must not allocate 8 GB
+    header = _npy(np.zeros(2))
+    fake = header.replace(b"(2,)", b"(1000000000,)").replace(b" " * 9 + b"\n", b"\n", 1)
+    return _npz(path, {**_shipped_members(), "lower_values.npy": fake})
+
+
+def _relabelled(name: str, generator: str | None = None, **meta):
+    """kl at 0.05, relabelled, with a freshly recomputed checksum (what an attacker or a careless tool writes)."""
+    from bandcore.tables import write_table
+
+    def make(path):
+        arrays, metadata = BandTable.shipped("kl", 0.05).to_arrays()
+        metadata = {**metadata, "divergence": name, **meta}
+        if generator is not None:
+            metadata["generator"] = generator
+        return write_table(path, arrays, metadata)
+
+    return make
+
+
+def _huge_levels(path):
+    from bandcore.tables import write_table
+
+    arrays, metadata = BandTable.shipped("kl", 0.05).to_arrays()
+    arrays["lower_levels"] = np.full_like(arrays["lower_levels"], 23.0)  # 2^23 cells per octave: 8 GB of grid
+    return write_table(path, arrays, metadata)
+
+
+HOSTILE = [
+    ("too many members", lambda p: _npz(p, {f"lower_knots{i}.npy": b"" for i in range(12)}), "more than a table holds"),
+    ("unexpected member", _with("upper_slopes.npy", **{"x.pkl": b"\x80\x04junk"}), "unexpected member 'x.pkl'"),
+    ("unexpected array", _with("upper_slopes.npy", **{"up.npy": _npy(np.zeros(3))}), "unexpected member 'up.npy'"),
+    ("no metadata", lambda p: _npz(p, {"lower_knots.npy": _npy(np.zeros(3))}), "no metadata member"),
+    ("too many knots", _with(**{"lower_knots.npy": _npy(np.arange(1.0, 30_002.0))}), "above the limit"),
+    ("values longer than knots", _with(**{"lower_values.npy": _npy(np.zeros(5000))}), "above the limit"),
+    ("too many levels", _with(**{"upper_levels.npy": _npy(np.zeros(200))}), "above the limit of 130"),
+    ("decompression bomb", _with(**{"lower_slopes.npy": _npy(np.zeros(4_000_000))}), "declares"),
+    ("metadata bomb", _with(**{"__metadata__.npy": _npy(np.zeros(3 << 20, dtype=np.uint8))}), "declares"),
+    ("header claims a huge shape", _huge_header, "has shape (1000000000,)"),
+    ("levels describe a huge grid", _huge_levels, "levels describe a grid of"),
+    ("catalogue name over another generator", _relabelled("pearson"), "labelled 'pearson'"),
+    ("values of kl labelled pearson", _relabelled("pearson", "(u - 1)**2"), "does not hold the Band"),
+    ("values of kl labelled delta 0.1", _relabelled("kl", delta=0.1), "does not hold the Band"),
+    ("certificate above the target", _relabelled("kl", max_rel_error=1e-3), "certified error"),
+]
+
+
+@pytest.mark.parametrize(("make", "fragment"), [pytest.param(m, f, id=i) for i, m, f in HOSTILE])
+def test_hostile_file_is_refused(tmp_path, make, fragment):
+    path = make(tmp_path / "t.npz")
+    with pytest.raises(TableFileError) as info:
+        BandTable.load(path)
+    assert fragment in str(info.value)
+    assert "t.npz" in str(info.value)
+
+
+def test_relabelled_file_names_the_point(tmp_path):
+    path = _relabelled("pearson", "(u - 1)**2")(tmp_path / "t.json")
+    with pytest.raises(TableFileError, match=r"t\.json.*at log p = .*exact solver gives"):
+        BandTable.load(path)
+
+
+def test_shipped_refuses_a_file_for_another_divergence_or_delta(tmp_path, monkeypatch):
+    import bandcore.tables.table as table_module
+
+    for file in SHIPPED_DIR.iterdir():
+        (tmp_path / file.name).write_bytes(file.read_bytes())
+    (tmp_path / "kl_delta0.1.npz").write_bytes((SHIPPED_DIR / "kl_delta0.05.npz").read_bytes())
+    (tmp_path / "pearson_delta0.05.npz").write_bytes((SHIPPED_DIR / "tv_delta0.05.npz").read_bytes())
+    monkeypatch.setattr(table_module, "SHIPPED_DIR", tmp_path)
+    with pytest.raises(TableFileError, match=r"not 'kl' at delta=0\.1"):
+        BandTable.shipped("kl", 0.1)
+    with pytest.raises(TableFileError, match=r"BandTable\('tv'.*not 'pearson'"):
+        BandTable.shipped("bandchi2", 0.05)
+    assert BandTable.shipped("bandkl", 0.05).delta == 0.05  # aliases resolve to the canonical file
+
+
+def test_every_spelling_is_accepted(tmp_path):
+    table = BandTable.build("alpha(0.5)", 0.1, target=1e-5)
+    assert table.divergence.name == "alpha(0.5)" and table.max_rel_error <= 1e-5
+    loaded = BandTable.load(table.save(tmp_path / "a.npz"))
+    assert loaded.divergence == table.divergence
+    out = tmp_path / "a.json"
+    args = ["table", "build", "--divergence", "alpha(0.5)", "--delta", "0.1", "--target", "1e-5", "--quiet"]
+    assert main([*args, "--out", str(out)]) == 0
+    assert main(["table", "check", str(out), "--points", "3"]) == 0
+
+
+def test_regenerate_never_replaces_a_users_file(tmp_path, capsys):
+    (tmp_path / "kl_delta0.05.npz").write_bytes(b"mine")
+    assert main(["table", "regenerate", "--dir", str(tmp_path), "--quiet"]) == 1
+    assert "--force" in capsys.readouterr().err
+    assert (tmp_path / "kl_delta0.05.npz").read_bytes() == b"mine"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bandcore.rl.tasks import EOS, PAD, AdditionTask, ReverseTask, describe, get_task
+from bandcore.rl.toy.tasks import EOS, PAD, AdditionTask, ReverseTask, describe, get_task
 
 
 def _gen(seed: int = 0) -> torch.Generator:

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 
 import pytest
 import torch
 
-from bandcore.cli import main
-from bandcore.rl.model import build_tiny_policy
-from bandcore.rl.train import (
-    CHECKPOINT_FILE,
-    METRICS_FILE,
-    TIMING_FIELDS,
-    TrainConfig,
-    completion_log_probs,
-    completion_mask,
-    group_advantages,
-    read_metrics,
-    run,
-    sample,
-)
+from bandcore.cli import build_parser, main
+from bandcore.rl.toy.compare import compare, summarise
+from bandcore.rl.toy.config import TrainConfig
+from bandcore.rl.toy.model import build_tiny_policy
+from bandcore.rl.toy.rollout import completion_log_probs, completion_mask, group_advantages, sample
+from bandcore.rl.toy.train import CHECKPOINT_FILE, METRICS_FILE, TIMING_FIELDS, read_metrics, run
 
 #: A micro budget: seconds on CPU.
 MICRO = {"steps": 4, "warmup_steps": 6, "habit_steps": 3, "warmup_batch": 16, "prompts_per_step": 2,
@@ -102,6 +96,24 @@ def test_resume_after_an_interruption_gives_the_uninterrupted_metrics(tmp_path):
     assert _without_timing(resumed) == _without_timing(whole)
 
 
+def test_resume_without_a_checkpoint_changes_nothing(tmp_path):
+    config = TrainConfig(method="clip", **MICRO)
+    run(config, tmp_path, max_steps=1, progress=False)
+    (tmp_path / CHECKPOINT_FILE).unlink()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert set(before) == {METRICS_FILE, "warmup.pt"}
+    with pytest.raises(ValueError, match=r"resume: .* has no checkpoint\.pt to resume from; its metrics\.jsonl, "
+                                         r"warmup\.pt stay untouched \(pass --new-run"):
+        run(config, tmp_path, resume=True, progress=False)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    with pytest.raises(ValueError, match=r"already holds metrics\.jsonl, warmup\.pt; pass --resume"):
+        run(config, tmp_path, progress=False)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    lines = run(config, tmp_path, resume=True, new_run=True, progress=False)  # explicit: a new run
+    assert [line["step"] for line in read_metrics(tmp_path / METRICS_FILE)] == list(range(MICRO["steps"] + 1))
+    assert len(lines) == MICRO["steps"]
+
+
 def read_metrics_after(function, config, out):
     function(config, out, progress=False)
     return read_metrics(out / METRICS_FILE)
@@ -153,6 +165,44 @@ def test_bad_settings_are_named(kwargs, message):
         TrainConfig(**kwargs)
 
 
+def _train_parser() -> argparse.ArgumentParser:
+    parser = build_parser("train")
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["train"]
+
+
+HAND_WRITTEN = {"--out", "--compare", "--quick", "--seeds", "--resume", "--new-run", "--max-steps", "--no-progress",
+                "--threads", "-h", "--help", "--debug"}
+
+
+def test_every_config_field_is_an_option_generated_from_the_dataclass():
+    options = {opt: action for action in _train_parser()._actions for opt in action.option_strings}
+    generated = set()
+    for field in dataclasses.fields(TrainConfig):
+        flag = "--" + field.name.replace("_", "-")
+        action = options[flag]
+        generated.add(flag)
+        assert action.dest == field.name and action.default is argparse.SUPPRESS
+        assert field.metadata["help"] in action.help and f"(default: {field.default})" in action.help
+        choices = field.metadata["choices"]
+        assert (list(action.choices) if action.choices else None) == (list(choices) if choices else None), flag
+    assert "--max-grad-norm" in generated and "--loss-agg-mode" in generated
+    assert set(options) == HAND_WRITTEN | generated
+
+
+def test_generated_options_reach_the_config():
+    from bandcore.cli.train import _given
+
+    args = build_parser("train").parse_args(
+        ["train", "--out", "x", "--max-grad-norm", "0.5", "--clip-eps-high", "none", "--loss-agg-mode",
+         "seq-mean-token-sum", "--divergence", "hellinger", "--eval-every", "3"])
+    given = _given(args)
+    assert given == {"max_grad_norm": 0.5, "clip_eps_high": None, "loss_agg_mode": "seq-mean-token-sum",
+                     "divergence": "hellinger", "eval_every": 3}
+    config = TrainConfig(**given)
+    assert (config.max_grad_norm, config.eval_every, config.steps) == (0.5, 3, TrainConfig().steps)
+
+
 def _cli_micro() -> list[str]:
     args = []
     for key, value in MICRO.items():
@@ -197,9 +247,13 @@ def test_compare_on_a_micro_budget_writes_summary_and_plots(tmp_path, capsys):
     before = (out / "runs" / "clip" / "seed0" / METRICS_FILE).read_text()
     assert main(["train", "--compare", "--resume", "--out", str(out), "--seeds", "2", "--no-progress", *micro]) == 0
     assert (out / "runs" / "clip" / "seed0" / METRICS_FILE).read_text() == before
+    # without --resume or --new-run an existing comparison is refused before any run starts
+    files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(["train", "--compare", "--out", str(out), "--seeds", "2", "--no-progress", *micro]) == 2
+    assert "already holds a comparison (summary.json, reward.png" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files
     with pytest.raises(ValueError, match="set per method"):
-        from bandcore.rl.compare import compare
-
         compare(tmp_path / "bad", overrides={"method": "band"}, seeds=1)
 
 
@@ -214,8 +268,6 @@ def _synthetic_run(rewards, entropies, final):
 
 
 def test_summary_curve_metrics_and_paired_differences_by_hand():
-    from bandcore.rl.compare import summarise
-
     entropy = [0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
     runs = {
         "clip": [_synthetic_run([0, 0, 0.5, 0.5, 1, 1], entropy, 0.9),

@@ -5,6 +5,9 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,25 @@ def _load_example():
 @pytest.fixture(scope="module")
 def example():
     return _load_example()
+
+
+@pytest.mark.slow
+def test_the_plugin_imports_nothing_heavy():
+    """``bandcore.rl.trl`` adds none of SymPy, CVXPY, Numba, Matplotlib to what TRL's trainer loads itself."""
+    heavy = ("sympy", "cvxpy", "numba", "matplotlib")
+    code = (
+        "import sys; from trl import GRPOConfig, GRPOTrainer; "
+        f"before = [m for m in {heavy!r} if m in sys.modules]; "
+        "import bandcore.rl.trl; "
+        f"after = [m for m in {heavy!r} if m in sys.modules]; print(','.join(before)); print(','.join(after))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(EXAMPLE.parents[1])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.split("\n")[-3:-1]
+    assert after == before, f"bandcore.rl.trl loaded {after!r} (trl alone: {before!r})"
+    assert not {"cvxpy", "numba", "matplotlib"} & set(after.split(","))
 
 
 def _config(tmp_path, **overrides) -> BandGRPOConfig:

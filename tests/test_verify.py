@@ -1,4 +1,4 @@
-"""CVXPY global optimality of the Band (bandcore.verify) and the SymPy → DCP mapping (bandcore.dcp)."""
+"""CVXPY global optimality of the Band (bandcore.verify) and the generator → DCP mapping (bandcore.verify.dcp)."""
 
 import math
 
@@ -8,9 +8,9 @@ import pytest
 
 import bandcore as bc
 from bandcore.cli import main
-from bandcore.dcp import NotDCPError, dcp_generator
-from bandcore.divergences import Divergence, U
-from bandcore.verify import parse_divergence, summary_line, verify
+from bandcore.derive.symbolic import U, facts
+from bandcore.divergences import Divergence, resolve
+from bandcore.verify import NotDCPError, VerificationReport, VerificationRow, dcp_generator, summary_line, verify
 
 CATALOGUE = bc.list_divergences()
 ALPHAS = (3.0, 2.0, 0.5, 1 / 3, -1.0, -2.0, 0.0, 1.0, 1.5)
@@ -27,19 +27,21 @@ USER_DCP = [
 ]
 
 
-def _divergences():
-    yield from (bc.get_divergence(name) for name in CATALOGUE)
-    yield from (bc.get_divergence("alpha", alpha=a) for a in ALPHAS)
-    yield from (Divergence.from_expression(text) for text in USER_DCP)
+SPELLINGS = [*CATALOGUE, *(("alpha", a) for a in ALPHAS), *USER_DCP]
 
 
-@pytest.mark.parametrize("div", list(_divergences()), ids=lambda d: d.name)
-def test_dcp_expression_is_convex_and_equals_the_generator(div):
+def _resolve(spelling):
+    return bc.get_divergence("alpha", alpha=spelling[1]) if isinstance(spelling, tuple) else resolve(spelling)
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS, ids=str)
+def test_dcp_expression_is_convex_and_equals_the_generator(spelling):
+    div = _resolve(spelling)
     u = cp.Variable(5, nonneg=True)
     expression = dcp_generator(div)(u)
     assert expression.is_convex()
     u.value = np.array([1e-3, 0.3, 1.0, 2.5, 40.0])
-    expected = [float(div.f.subs(U, x)) for x in u.value]
+    expected = [float(facts(div).f.subs(U, x)) for x in u.value]
     np.testing.assert_allclose(expression.value, expected, rtol=1e-12, atol=1e-12)
 
 
@@ -71,9 +73,10 @@ def test_catalogue_agrees_with_the_band_at_small_n(name):
     assert all(row.cross_status for row in report.rows)
 
 
-@pytest.mark.parametrize("text", ["alpha(0.5)", "alpha=-1", "(u-1)**4", "exp(u-1)-u"])
+@pytest.mark.parametrize("text", ["alpha(0.5)", "alpha(-1)", "(u-1)**4", "exp(u-1)-u"])
 def test_parameterised_and_user_divergences_verify(text):
-    report = verify(parse_divergence(text), (0.01, 0.2), n=(2, 10), p=(0.08, 0.5), cross_check=None)
+    report = verify(text, (0.01, 0.2), n=(2, 10), p=(0.08, 0.5), cross_check=None)
+    assert report.divergence == resolve(text).name
     assert report.passed, report.summary()
 
 
@@ -140,3 +143,31 @@ def test_summary_line_is_deterministic():
     assert first == second
     assert first.startswith("Verified: CVXPY (Clarabel) optimum over the full simplex agrees with the Band to ≤ 1e-")
     assert "n ∈ {2, 10, 1000}" in first and "δ ∈ {0.01, 0.05, 0.2}" in first
+
+
+def test_band_values_are_roots_of_g():
+    """The mpmath g_f of bandcore.derive checks the Band's own values: a disagreement can be told apart."""
+    report = verify("hellinger", (0.05, 0.5), n=(2,), p=(0.001, 0.5, 0.99), cross_check=None)
+    assert report.max_residual <= 1e-9
+    assert all(not math.isnan(row.residual) for row in report.rows)
+    assert "Band root residual" in report.summary()
+
+
+def test_report_classes_are_exported_without_cvxpy_objects():
+    row = VerificationRow("kl", 2, 0.5, 0.05, "upper", 1.3, 1.3, 0.0, math.nan, "optimal", 0.01)
+    report = VerificationReport("kl", [row], 1e-6, "CLARABEL", "", 0.0)
+    assert report.passed and math.isnan(report.max_residual) and "kl: PASSED" in report.summary()
+
+
+def test_cli_usage_errors_and_progress_quiet(capsys):
+    assert main(["verify", "klx", "--n", "2"]) == 2
+    assert "unknown divergence 'klx'" in capsys.readouterr().err
+    assert main(["verify", "kl", "--delta", "nan"]) == 2
+    assert "--delta values must be finite and > 0" in capsys.readouterr().err
+    assert main(["verify", "kl", "--p", "1.0"]) == 2
+    assert main(["verify", "kl", "--n", "1"]) == 2
+    assert main(["verify", "(u-1", "--n", "2"]) == 2
+    assert "neither a catalogue name" in capsys.readouterr().err
+    assert main(["verify", "alpha(0.5)", "(u-1)**4", "--n", "2", "--p", "0.5", "--summary", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "2/2 divergences verified" in out and "alpha(0.5): PASSED" in out

@@ -155,11 +155,26 @@ def test_config_is_built_from_its_hydra_target():
         ({"band_method": "ppo"}, ValueError, "band_method must be one of .* got 'ppo'"),
         ({"band_divergence": "no-such-divergence"}, ValueError, "no-such-divergence"),
         ({"band_divergence": 3}, TypeError, "band_divergence must be a divergence name .* got 3"),
+        ({"band_check": "yes"}, TypeError, "band_check must be True or False, got 'yes'"),
     ],
 )
 def test_bad_band_settings_are_refused(kwargs, error, match):
     with pytest.raises(error, match=match):
         BandPolicyLossConfig(**kwargs)
+
+
+def test_inputs_are_checked_unless_band_check_is_off(batch):
+    old, log_prob, adv, mask, _ = batch
+    bad_old = old.clone()
+    bad_old[0, 0] = 5.0  # a log-probability above 0 at a response token
+    with pytest.raises(ValueError, match=r"old_log_prob must be <= 0 at unmasked tokens .* old_log_prob=5\.0"):
+        compute_policy_loss_bandpo(bad_old, log_prob, adv, mask, "token-mean", actor_config())
+    unchecked = actor_config(BandPolicyLossConfig(band_check=False))
+    loss, _ = compute_policy_loss_bandpo(bad_old, log_prob, adv, mask, "token-mean", unchecked)
+    assert torch.isnan(loss)  # never a silent clamp
+    good, _ = compute_policy_loss_bandpo(old, log_prob, adv, mask, "token-mean", unchecked)
+    checked, _ = compute_policy_loss_bandpo(old, log_prob, adv, mask, "token-mean", actor_config())
+    assert torch.equal(good, checked)
 
 
 def test_missing_config_is_refused(batch):
@@ -211,6 +226,26 @@ def test_entry_point_registers_the_loss():
     )
     loaded = _run(code, VERL_USE_EXTERNAL_PLUGINS="none")
     assert loaded.returncode == 0 and "registered" in loaded.stdout, loaded.stderr
+
+
+@pytest.mark.slow
+def test_the_plugin_imports_nothing_heavy():
+    """Every Ray worker imports the plug-in: it must not load SymPy, CVXPY, Numba or Matplotlib.
+
+    verl's registry itself may load SymPy (through ``torch._dynamo``); the plug-in must add none of the four.
+    """
+    heavy = ("sympy", "cvxpy", "numba", "matplotlib")
+    code = (
+        "import sys; import verl.trainer.ppo.core_algos; "
+        f"before = [m for m in {heavy!r} if m in sys.modules]; "
+        "import bandcore.rl.verl; "
+        f"after = [m for m in {heavy!r} if m in sys.modules]; print(','.join(before)); print(','.join(after))"
+    )
+    done = _run(code, VERL_USE_EXTERNAL_PLUGINS="none")
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.split("\n")[-3:-1]
+    assert after == before, f"bandcore.rl.verl loaded {after!r} (verl alone: {before!r})"
+    assert not {"cvxpy", "numba", "matplotlib"} & set(after.split(","))
 
 
 # ---------------------------------------------------------------------------------------------------------

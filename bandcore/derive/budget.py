@@ -94,7 +94,7 @@ def deadline(seconds: float) -> Iterator[None]:
         stack.pop()
 
 
-class time_limit:  # noqa: N801 (used like contextlib's context managers)
+class time_limit:
     """Raise :class:`BudgetExceeded` in the current thread once ``seconds`` (or the :func:`deadline`) pass.
 
     Raises :class:`BudgetExceeded` at entry when no time is left or when no interruption mechanism exists in
@@ -114,6 +114,9 @@ class time_limit:  # noqa: N801 (used like contextlib's context managers)
     def __enter__(self) -> time_limit:
         if not self.seconds > 0:
             raise BudgetExceeded
+        if math.isinf(self.seconds):  # no limit at all: nothing to watch
+            self._armed = True
+            return self
         if _SET_ASYNC_EXC is not None:
             self._mode = "thread"
             self._target = threading.get_ident()

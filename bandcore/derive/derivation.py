@@ -38,7 +38,7 @@ __all__ = ["ALPHA_EXTRA", "DERIVE_SECONDS", "Derivation", "catalogue", "derive"]
 #: The α-family members derived beside the default α = 3 in the reports.
 ALPHA_EXTRA = (2.0, -1.0, 0.5)
 #: Overall time budget of one derivation (seconds); every SymPy call inside gets at most what is left.
-DERIVE_SECONDS = 25.0
+DERIVE_SECONDS = 15.0
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ TAYLOR_RADIUS = 0.1
 FAR_X = 1.0
 
 #: Names of the four functions, in the order the solvers use them.
-FUNCTION_NAMES = ("phi_r", "dphi_r", "f_s", "k_s")
+FUNCTION_NAMES = ("phi_r", "dphi_r", "f_s", "k_s", "log_f_s", "log_k_s", "log_phi_r", "log_dphi_r")
 
 
 @dataclass(frozen=True)
@@ -132,14 +132,19 @@ class GeneratorFunctions:
     dphi_r: SideFunction
     f_s: SideFunction
     k_s: SideFunction
+    log_f_s: SideFunction
+    log_k_s: SideFunction
+    log_phi_r: SideFunction
+    log_dphi_r: SideFunction
     f_at_zero: float
     slope_at_infinity: float
     f2: float
     kink: float
 
     @property
-    def functions(self) -> tuple[SideFunction, SideFunction, SideFunction, SideFunction]:
-        return (self.phi_r, self.dphi_r, self.f_s, self.k_s)
+    def functions(self) -> tuple[SideFunction, ...]:
+        return (self.phi_r, self.dphi_r, self.f_s, self.k_s, self.log_f_s, self.log_k_s, self.log_phi_r,
+                self.log_dphi_r)
 
     def math_source(self) -> str:
         """Source of the four scalar functions (``math`` module), for the Numba backend's generated module."""
@@ -212,6 +217,57 @@ def _side_function(name: str, expr_u: sp.Expr, sign: int) -> SideFunction:
     return SideFunction(name, closed, taylor, far=_far_expression(expr_u), at_infinity=at_infinity)
 
 
+def _log_abs(expr: sp.Expr) -> sp.Expr:
+    """log|expr| for an s-side expression in (x, L, u), split over products and powers so that it never forms
+    a huge intermediate: log|x^a e^{bL}| = a log(-x) + bL (x = u - 1 < 0 on the s side)."""
+    if expr.is_Mul:
+        return sp.Add(*(_log_abs(arg) for arg in expr.args))
+    if expr.is_Pow and expr.exp.is_real and expr.exp.is_number:
+        return expr.exp * _log_abs(expr.base)
+    if isinstance(expr, sp.exp):
+        return expr.args[0]
+    if expr == X:
+        return sp.log(-X)
+    if expr == UU:
+        return L
+    if expr.is_number:
+        return sp.log(sp.Abs(expr))
+    return sp.log(sp.Abs(expr))
+
+
+def _log_side_function(name: str, expr_u: sp.Expr) -> SideFunction:
+    r"""log|expr| on the s side, for :math:`(1-p)\tilde f(s)` when :math:`1 - p < e^{-700}` and s underflows:
+    the product is formed as :math:`e^{\log(1-p) + \log|\tilde f(s)|}` (e.g. Neyman's lower bound at
+    :math:`\log p = -1500`, where :math:`\tilde f(s) \approx 1/s` overflows while the product is about δ)."""
+    closed = _side_expression(on_side(expr_u, -1), -1)
+    return SideFunction(name=name, closed=_log_abs(closed), taylor=None, far=None)
+
+
+def _log_abs_far(expr: sp.Expr) -> sp.Expr:
+    """log|expr| for an r-side far expression in (t, y, L), t = 1/u = e^{-L}, y = 1 - t, as a function of L."""
+    if expr.is_Mul:
+        return sp.Add(*(_log_abs_far(arg) for arg in expr.args))
+    if expr.is_Pow and expr.exp.is_real and expr.exp.is_number:
+        return expr.exp * _log_abs_far(expr.base)
+    if expr == T:
+        return -L
+    if expr in (Y, -Y):
+        return sp.log(1 - sp.exp(-L))  # y in (1/2, 1) where this is used: no cancellation
+    if expr == L:
+        return sp.log(L)
+    if expr.is_number:
+        return sp.log(sp.Abs(expr))
+    return sp.log(sp.Abs(expr.xreplace({T: sp.exp(-L), Y: 1 - sp.exp(-L)})))
+
+
+def _log_far_function(name: str, expr_u: sp.Expr) -> SideFunction:
+    r"""log of an r-side function for u > 2, in L = log u only: for :math:`p < e^{-700}` the products
+    :math:`q\Phi(r)` and :math:`q\tilde f'(r)` are formed as exponentials of sums of logarithms, as
+    :math:`\Phi(r)` itself may overflow (α = 3 at :math:`\log p = -1500`: :math:`\Phi(r) \sim r^2/6`)."""
+    far = _far_expression(on_side(expr_u, 1))
+    return SideFunction(name=name, closed=_log_abs_far(far), taylor=None, far=None)
+
+
 def _to_float(value: sp.Expr) -> float:
     if value == sp.oo:
         return float("inf")
@@ -236,6 +292,10 @@ def generator_functions(divergence: str | Divergence) -> GeneratorFunctions:
         dphi_r=_side_function("dphi_r", df, +1),
         f_s=_side_function("f_s", f, -1),
         k_s=_side_function("k_s", U * df, -1),
+        log_f_s=_log_side_function("log_f_s", f),
+        log_k_s=_log_side_function("log_k_s", U * df),
+        log_phi_r=_log_far_function("log_phi_r", f / U),
+        log_dphi_r=_log_far_function("log_dphi_r", df),
         f_at_zero=_to_float(known.f_at_zero),
         slope_at_infinity=_to_float(known.slope_at_infinity),
         f2=f2,
@@ -251,7 +311,7 @@ def _side_callable(fn: SideFunction, xp) -> Callable:
     far = None if fn.far is None else sp.lambdify((T, Y, L), fn.far, modules=[names], cse=True)
 
     def evaluate(x, log_u, u):
-        value = closed(x, log_u, u) + x * 0.0  # broadcast constants
+        value = closed(x, log_u, u) + xp.minimum(xp.abs(x), 0.0)  # broadcast constants (0 even for x = inf)
         if taylor is not None:
             value = xp.where(xp.abs(x) < TAYLOR_RADIUS, taylor(x), value)
         if far is not None:
@@ -264,6 +324,6 @@ def _side_callable(fn: SideFunction, xp) -> Callable:
 
 
 def side_callables(divergence: str | Divergence, xp) -> dict[str, Callable]:
-    """The four functions ``phi_r dphi_r f_s k_s`` of a divergence as element-wise callables in ``xp``."""
+    """The functions ``phi_r dphi_r f_s k_s log_f_s log_k_s`` of a divergence as element-wise callables in ``xp``."""
     gf = generator_functions(divergence)
     return {fn.name: _side_callable(fn, xp) for fn in gf.functions}

@@ -30,7 +30,7 @@ import sympy as sp
 from .budget import bounded
 from .reduction import DELTA, P, Q, on_side
 from .roots import SIMPLIFY_SECONDS, SOLVE_SECONDS, solve_closed, tidy
-from .symbolic import U, Facts
+from .symbolic import Facts, U
 from .validate import DELTA_GRID, DPS, MATCH, evaluate, find_root, lambdify_mp
 
 __all__ = ["LIMIT_KEYS", "asymptotic_root", "limits", "series", "series_coefficients"]

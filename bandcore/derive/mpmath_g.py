@@ -26,14 +26,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mpmath as mp
-import sympy as sp
 
 from ..divergences import Divergence, GeneratorError, resolve
-from .budget import bounded
-from .symbolic import U, Facts, facts
+from .budget import BudgetExceeded, bounded, time_limit
+
+if TYPE_CHECKING:  # pragma: no cover
+    import sympy as sp
+
+    from .symbolic import Facts
 
 __all__ = ["FACTS_SECONDS", "MpGenerator", "checked_facts", "g_boundary", "g_mp", "g_ratio", "mp_generator"]
 
@@ -45,17 +48,27 @@ _CONSTANT_DPS = 80
 def checked_facts(divergence: str | Divergence, seconds: float = FACTS_SECONDS) -> Facts:
     """:func:`~bandcore.derive.symbolic.facts` under a time budget.
 
-    Raises :class:`~bandcore.divergences.GeneratorError` when SymPy does not finish within ``seconds`` or the
-    expression is too deeply nested for it: the generator is then refused rather than left to hang.
+    Raises :class:`~bandcore.divergences.GeneratorError` when SymPy does not finish within ``seconds`` (or the
+    overall :func:`~bandcore.derive.budget.deadline`), fails on the expression, or finds it too deeply nested:
+    the generator is then refused rather than left to hang.
     """
+    from .symbolic import facts  # SymPy is loaded on first use only: importing this module stays light
+
     div = resolve(divergence)
-    found = bounded(lambda: facts(div), seconds)
-    if found is None:
-        raise GeneratorError(
-            f"{div.name}: SymPy could not derive f'(1), f̃(0+) and lim f̃(u)/u of this generator within "
-            f"{seconds:g} s (too complex for the symbolic engine)"
-        )
-    return found
+    what = "SymPy could not derive f'(1), f̃(0+) and lim f̃(u)/u of this generator"
+    try:
+        with time_limit(seconds):
+            return facts(div)
+    except BudgetExceeded:
+        raise GeneratorError(f"{div.name}: {what} within {seconds:g} s (too complex)") from None
+    except RecursionError:
+        raise GeneratorError(f"{div.name}: {what}: it is nested too deeply for the symbolic engine") from None
+    except Exception as err:  # SymPy's own errors too (PolynomialError, ...); a bug of ours is re-raised
+        if isinstance(err, (ArithmeticError, LookupError, NotImplementedError, TypeError, ValueError)) or type(
+            err
+        ).__module__.startswith("sympy"):
+            raise GeneratorError(f"{div.name}: {what} ({type(err).__name__}: {err})") from None
+        raise
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,8 @@ class MpGenerator:
 
 
 def _constant(value: sp.Expr, what: str, name: str) -> Any:
+    import sympy as sp
+
     if value == sp.oo:
         return mp.inf
     number = bounded(lambda: complex(sp.N(value, _CONSTANT_DPS)), 8.0) if value.is_number else None
@@ -87,6 +102,10 @@ def _constant(value: sp.Expr, what: str, name: str) -> Any:
 def mp_generator(div: Divergence) -> MpGenerator:
     r"""The :class:`MpGenerator` of a divergence (cached): :math:`\tilde f`, :math:`\tilde f(0^+)`,
     :math:`\sigma_\infty`."""
+    import sympy as sp
+
+    from .symbolic import U
+
     fx = checked_facts(div)
     f_tilde = bounded(lambda: sp.lambdify(U, fx.f_normalised, "mpmath"), 8.0)
     if f_tilde is None:

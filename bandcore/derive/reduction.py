@@ -16,7 +16,8 @@ import numpy as np
 import sympy as sp
 
 from .budget import bounded
-from .symbolic import U, Facts
+from .symbolic import Facts, U
+from .symbolic import on_side as symbolic_on_side
 
 __all__ = ["DELTA", "P", "Q", "R", "binary", "display_g", "on_side", "transcendental_atoms"]
 
@@ -40,11 +41,18 @@ def transcendental_atoms(expr: sp.Expr, x: sp.Symbol) -> set[sp.Expr]:
 
 
 def on_side(expr: sp.Expr, side: str) -> sp.Expr | None:
-    """``expr`` (in u) with every ``Abs`` resolved for u > 1 (``side='gt'``) or 0 < u < 1 (``'lt'``).
+    """``expr`` (in u) with every ``Abs``, ``Min``, ``Max`` and ``where`` resolved for u > 1 (``side='gt'``) or
+    0 < u < 1 (``'lt'``).
 
-    The sign of each ``Abs`` argument is read on a dense grid of that side; ``None`` if it changes sign there
-    (a kink away from u = 1) or cannot be evaluated.
+    Pieces that switch at u = 1 are resolved by :func:`~bandcore.derive.symbolic.on_side`; the sign of each
+    remaining ``Abs`` argument is read on a dense grid of that side.  ``None`` if one changes sign there (a kink
+    away from u = 1), a piecewise part remains, or the expression cannot be evaluated.
     """
+    if expr.has(sp.Abs, sp.Min, sp.Max, sp.Piecewise):
+        resolved = bounded(lambda: symbolic_on_side(expr, 1 if side == "gt" else -1), _DISPLAY_SECONDS)
+        if resolved is None or resolved.has(sp.Min, sp.Max, sp.Piecewise):
+            return None
+        expr = resolved
     grid = 1 + np.logspace(-6, 6, 61) if side == "gt" else np.logspace(-12, -1e-7, 61)
     replacements = {}
     for node in expr.atoms(sp.Abs):

@@ -9,12 +9,15 @@ report is computed by the caller (``bandcore.verify`` sits above this package) a
 from __future__ import annotations
 
 import math
+import re
 
 import sympy as sp
 
 from ..divergences import Divergence
 from .derivation import Derivation
+from .mpmath_g import checked_facts
 from .saturation import Saturation
+from .symbolic import Facts
 
 __all__ = ["REPORT_DELTA", "VERIFIED_BEGIN", "VERIFIED_END", "index", "markdown", "slug", "text"]
 
@@ -78,7 +81,7 @@ def _series_parts(d: Derivation) -> tuple[str, str] | None:
     t, a2, a3 = d.series
     if t is sp.nan or t.has(sp.nan):
         return None
-    if d.facts is not None and d.facts.is_smooth_at_one:
+    if _facts(d).is_smooth_at_one:
         tex = (
             r"r = 1 + t + a_2 t^2 + a_3 t^3 + O(t^4),\quad t = \pm " + _tex(t)
             + rf",\quad a_2 = {_tex(a2)},\quad a_3 = {_tex(a3)}"
@@ -97,9 +100,13 @@ def _closed_form_reason(d: Derivation, side: str) -> str:
     return "SymPy found no valid branch"
 
 
+def _facts(d: Derivation) -> Facts:
+    return d.facts if d.facts is not None else checked_facts(d.divergence)
+
+
 def markdown(d: Derivation, verified_line: str | None = None) -> str:
     """The Markdown report of ``d`` (LaTeX formulas); ``verified_line`` goes between the verified markers."""
-    div, fx = d.divergence, d.facts
+    div, fx = d.divergence, _facts(d)
     f2, f3, f4 = fx.derivatives_at_one
     out = [f"# The Band of `{div.name}`", ""]
     if div.convention or div.reference:
@@ -162,7 +169,7 @@ def markdown(d: Derivation, verified_line: str | None = None) -> str:
 
 def text(d: Derivation, delta: float) -> str:
     """The plain-text report of ``d`` for a terminal, with numbers evaluated at ``delta``."""
-    div, fx = d.divergence, d.facts
+    div, fx = d.divergence, _facts(d)
     f2, f3, f4 = fx.derivatives_at_one
     lines = [
         f"Band of {div.name}:  f(u) = {sp.sstr(fx.f)}",
@@ -194,8 +201,11 @@ def text(d: Derivation, delta: float) -> str:
 
 
 def slug(div: Divergence) -> str:
-    """File name stem of a report: ``alpha(-1)`` → ``alpha_m1``, ``alpha(0.5)`` → ``alpha_0.5``."""
-    return div.name.replace("(", "_").replace(")", "").replace("-", "m")
+    """File name stem of a report: ``alpha(-1)`` → ``alpha_m1``, ``alpha(0.5)`` → ``alpha_0.5``; any other
+    character outside ``[A-Za-z0-9._]`` becomes ``_`` (a formula never makes a path)."""
+    stem = div.name.replace("(", "_").replace(")", "").replace("-", "m")
+    stem = re.sub(r"[^A-Za-z0-9._]", "_", stem).lstrip(".")
+    return stem or "divergence"
 
 
 def _index_threshold(sat: Saturation) -> str:
@@ -235,7 +245,7 @@ def index(derivations: list[Derivation]) -> str:
         closed = " / ".join("yes" if e is not None else "no" for e in (d.upper, d.lower))
         cells = [
             f"[`{div.name}`]({slug(div)}.md)",
-            f"${_tex(d.facts.f)}$",
+            f"${_tex(_facts(d).f)}$",
             closed,
             _index_threshold(d.saturation_upper),
             _index_threshold(d.saturation_lower),

@@ -27,7 +27,7 @@ from ..divergences import Divergence
 from .budget import bounded
 from .reduction import DELTA, P, on_side
 from .roots import SIMPLIFY_SECONDS, solve_closed, tidy
-from .symbolic import U, Facts
+from .symbolic import Facts, U
 from .validate import boundary_root, lambdify_mp, threshold_ok
 
 __all__ = ["Saturation", "boundary_values", "saturation"]

@@ -24,7 +24,7 @@ import sympy as sp
 from ..divergences import Divergence, resolve
 from ..divergences.grammar import Node, evaluate
 
-__all__ = ["U", "Facts", "facts", "generator", "on_side", "to_sympy"]
+__all__ = ["Facts", "U", "facts", "generator", "on_side", "to_sympy"]
 
 #: The ratio variable u = π/π_old of every generator.
 U = sp.Symbol("u", positive=True)

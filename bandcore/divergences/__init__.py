@@ -157,8 +157,10 @@ def resolve(spelling: Any, **params: Any) -> Divergence:
     if params:
         raise TypeError(f"divergence {spelling!r} takes no parameters, got {sorted(params)}")
     if lowered.startswith("alpha"):
-        raise ValueError(f"divergence {spelling!r}: the alpha family is spelled alpha(a) with a number a, e.g. alpha(0.5)")
-    if not any(ch in key for ch in "u()+-*/^") or key.isidentifier() and key != "u":
+        raise ValueError(
+            f"divergence {spelling!r}: the alpha family is spelled alpha(a) with a number a, e.g. alpha(0.5)"
+        )
+    if not any(ch in key for ch in "u()+-*/^") or (key.isidentifier() and key != "u"):
         valid = ", ".join([*list_divergences(), *sorted(_aliases())])
         raise ValueError(f"unknown divergence {spelling!r}; valid names: {valid}, alpha(a), or a formula in u")
     cached = _CACHE.get(("formula", key))
@@ -195,5 +197,13 @@ def _catalogue_member(canonical: str, params: dict[str, Any]) -> Divergence:
     cache_key = ("alpha", alpha)
     if cache_key not in _CACHE:
         formula = to_text(parse(alpha_formula(Fraction(repr(alpha)))))
-        _CACHE[cache_key] = Divergence(name=f"alpha({alpha:g})", formula=formula, params=(("alpha", alpha),), **ALPHA_DOC)
+        _CACHE[cache_key] = Divergence(
+            name=f"alpha({_shortest(alpha)})", formula=formula, params=(("alpha", alpha),), **ALPHA_DOC
+        )
     return _CACHE[cache_key]
+
+
+def _shortest(value: float) -> str:
+    """The shortest spelling of ``value`` that reads back to it exactly (``3``, ``0.5``, ``0.3333333333333333``)."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)

@@ -69,5 +69,5 @@ def alpha_formula(alpha: Fraction) -> str:
         return "-log(u) + u - 1"
     if alpha == 1:
         return "u*log(u) - u + 1"
-    a = f"({alpha.numerator}/{alpha.denominator})"
+    a = f"({alpha.numerator}/{alpha.denominator})"  # exact: the grammar checks the folded value, not digits
     return f"(u**{a} - 1 - {a}*(u - 1))/({a}*({a} - 1))"

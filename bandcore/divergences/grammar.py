@@ -90,7 +90,27 @@ def parse(text: Any) -> Node:
     except (RecursionError, MemoryError):
         raise GeneratorError(f"formula is nested too deeply (at most {MAX_DEPTH} levels)") from None
     _check_size(tree.body)
-    return _fold(_build(tree.body, source))
+    tree = _fold(_build(tree.body, source))
+    _check_numbers(tree)
+    return tree
+
+
+def _check_numbers(node: Node) -> None:
+    """Every number of the folded tree is 0 or 1e-40 <= |x| <= 1e6 (so ``1/3`` written with 16 digits is fine)."""
+    kind = node[0]
+    if kind == "num":
+        value = node[1]
+        if value and not (_LITERAL_MIN <= abs(value) <= _LITERAL_MAX):
+            raise GeneratorError(f"number {float(value):.6g} is outside 1e-40 <= |x| <= 1e6")
+    elif kind == "call":
+        for arg in node[2]:
+            _check_numbers(arg)
+    elif kind == "where":
+        for child in (node[1][1], node[1][2], node[2], node[3]):
+            _check_numbers(child)
+    elif kind not in ("u", "const"):
+        for child in node[1:]:
+            _check_numbers(child)
 
 
 def _check_size(root: ast.AST) -> None:
@@ -126,10 +146,9 @@ def _build(node: ast.AST, source: str) -> Node:
             raise GeneratorError(f"only numbers are allowed as constants, not {_piece(node, source)!r}")
         if not math.isfinite(value):
             raise GeneratorError(f"numeric literal {_piece(node, source)!r} is not finite")
-        number = Fraction(value) if isinstance(value, int) else Fraction(repr(value))
-        if number and not (_LITERAL_MIN <= abs(number) <= _LITERAL_MAX):
-            raise GeneratorError(f"numeric literal {_piece(node, source)!r} is outside 1e-40 <= |x| <= 1e6")
-        return ("num", number)
+        if isinstance(value, int) and value.bit_length() > 140:  # 42 digits: enough for any exact fraction
+            raise GeneratorError(f"numeric literal {_piece(node, source)[:40]!r} has too many digits")
+        return ("num", Fraction(value) if isinstance(value, int) else Fraction(repr(value)))
     if isinstance(node, ast.Name):
         if node.id == "u":
             return ("u",)

@@ -54,7 +54,7 @@ def solver_kind(divergence: Divergence) -> str:
     from ..derive.symbolic import facts  # a user formula: compare normalised generators exactly
 
     mine = facts(divergence).f_normalised
-    for kind, formula in _NORMALISED.items():
+    for kind in _NORMALISED:
         if (mine - facts(resolve(kind)).f_normalised).equals(0):
             return kind
     return "generic"
@@ -77,10 +77,13 @@ def solver_module(backend: str, divergence: Divergence, kind: str | None = None)
     kind = kind or solver_kind(divergence)
     if backend == "numpy" and kind != "generic":
         return _reference
-    spec = importlib.util.find_spec(_reference.__name__)
+    # a module of its own name (torch.compile looks globals up by module name), registered like any other
+    name = f"{_reference.__name__}_{backend}_{kind}_{hashlib.sha256(divergence.formula.encode()).hexdigest()[:12]}"
+    spec = importlib.util.spec_from_file_location(name, _reference.__file__)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.xp = xp
+    sys.modules[name] = module
     if kind == "generic":
         from ..derive.kernel_functions import side_callables
 

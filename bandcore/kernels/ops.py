@@ -51,6 +51,11 @@ numpy_ops = SimpleNamespace(
 )
 
 
+def _logaddexp(a: float, b: float) -> float:
+    top = max(a, b)
+    return top if top == -math.inf else top + math.log1p(math.exp(-abs(a - b)))
+
+
 @lru_cache(maxsize=1)
 def torch_ops() -> SimpleNamespace:
     """The namespace for torch tensors (imports torch on first use)."""
@@ -87,7 +92,7 @@ def torch_ops() -> SimpleNamespace:
         where=where,
         minimum=binary(torch.minimum, min),
         maximum=binary(torch.maximum, max),
-        logaddexp=binary(torch.logaddexp, np.logaddexp),
+        logaddexp=binary(torch.logaddexp, _logaddexp),
         isfinite=lift(torch.isfinite, math.isfinite),
         isnan=lift(torch.isnan, math.isnan),
         logical_and=torch.logical_and,

@@ -47,7 +47,7 @@ from __future__ import annotations
 from .ops import numpy_ops as xp  # rebound per backend by .backends
 
 # per-divergence globals of the generic solver, bound by .backends
-phi_r = dphi_r = f_s = k_s = None
+phi_r = dphi_r = f_s = k_s = log_f_s = log_k_s = log_phi_r = log_dphi_r = None
 F_AT_ZERO = 0.0  # f̃(0+)  (inf: the lower bound never saturates)
 SLOPE_AT_INFINITY = 0.0  # σ∞ = lim f̃(u)/u
 F2 = 0.0  # f̃''(1) (0 for a kink)
@@ -100,7 +100,7 @@ def cells(lp, lq, p, pc, d):
     x_s = -p / den  # s - 1 = -pE/(1+pE)
     b = lp + d
     a = xp.logaddexp(lq, b)  # log(1 + pE) = log((1-p) + p e^d)
-    tiny = xp.logical_and(lp < LOG_P_TINY, b > -40.0)  # p subnormal: build from logs
+    tiny = lp < LOG_P_TINY  # p (near-)subnormal: build r, s and q from logarithms
     # log r = d - a, without forming lp + d - lp when d >> |lp|
     log_r_tiny = xp.where(b > lq, -lp - xp.log1p(xp.exp(lq - b)), d - lq - xp.log1p(xp.exp(b - lq)))
     x_r = xp.where(tiny, xp.expm1(log_r_tiny), x_r)
@@ -117,17 +117,30 @@ def cells(lp, lq, p, pc, d):
 def g_and_slope(lp, lq, p, pc, d):
     """(G(d), G'(d))."""
     x_r, log_r, r, x_s, log_s, s, q = cells(lp, lq, p, pc, d)
-    g = q * phi_r(x_r, log_r, r) + pc * f_s(x_s, log_s, s)  # p f(r) = q f(r)/r
-    slope = q * (pc * s * dphi_r(x_r, log_r, r) - pc * k_s(x_s, log_s, s))  # 1 - q = (1-p) s
-    return g, slope
+    # 1 - p < e^-700: (1-p) f(s) = exp(log(1-p) + log f(s)), as f(s) may overflow where the product does not;
+    # s f'(s) <= 0 on the s side, so (1-p) s f'(s) = -exp(log(1-p) + log|s f'(s)|)
+    tail = lq < (LOG_P_TINY if F_AT_ZERO == xp.inf else -xp.inf)  # f(s) can overflow only if f(0) = inf
+    rest_f = xp.where(tail, xp.exp(lq + log_f_s(x_s, log_s, s)), pc * f_s(x_s, log_s, s))
+    rest_k = xp.where(tail, -xp.exp(lq + log_k_s(x_s, log_s, s)), pc * k_s(x_s, log_s, s))
+    # p < e^-700 and r > 2: q Phi(r) and q (1-q) f'(r) from logarithms (Phi(r) may overflow, the product not)
+    far = xp.logical_and(lp < (LOG_P_TINY if SLOPE_AT_INFINITY == xp.inf else -xp.inf), x_r > 1.0)  # superlinear
+    log_q = lp + log_r
+    head = xp.where(far, xp.exp(log_q + log_phi_r(x_r, log_r, r)), q * phi_r(x_r, log_r, r))  # p f(r) = q Phi(r)
+    lead = xp.where(
+        far, xp.exp(log_q + lq + log_s + log_dphi_r(x_r, log_r, r)), q * pc * s * dphi_r(x_r, log_r, r)
+    )  # q (1 - q) f'(r), 1 - q = (1-p) s
+    return head + rest_f, lead - q * rest_k
 
 
-def g_at_infinity(lp, pc):
-    """G(d = inf) = Phi(1/p) + (1-p) f(0): the upper ratio saturates at 1/p iff this is <= delta."""
+def g_at_infinity(lp, lq, pc):
+    """G(d = inf) = Phi(1/p) + (1-p) f(0): the upper ratio saturates at 1/p iff this is <= delta.
+
+    (1-p) f(0) is infinite for every p < 1 when f(0) is, even where 1 - p underflows (log(1-p) > -inf)."""
     normal = lp >= LOG_P_TINY
     x = xp.where(normal, xp.expm1(-xp.maximum(lp, LOG_P_TINY)), 0.0)  # 1/p - 1
     phi = xp.where(normal, phi_r(x, -lp, 1.0 + x), SLOPE_AT_INFINITY)
-    rest = xp.where(pc > 0.0, pc * F_AT_ZERO, 0.0) if F_AT_ZERO < xp.inf else xp.where(pc > 0.0, xp.inf, 0.0)
+    inside = lq > -xp.inf
+    rest = xp.where(inside, pc * F_AT_ZERO, 0.0) if F_AT_ZERO < xp.inf else xp.where(inside, xp.inf, 0.0)
     return phi + rest
 
 
@@ -181,7 +194,7 @@ def upper_root(lp, lq, delta):
     """(log r, log s, saturated, converged) at the upper root of each token (lp, lq)."""
     p = xp.exp(lp)
     pc = xp.exp(lq)
-    saturated = g_at_infinity(lp, pc) <= delta
+    saturated = g_at_infinity(lp, lq, pc) <= delta
     d = start(p, pc, lp, lq, delta)
     lo = d * 0.0
     hi = lo + D_MAX
@@ -267,6 +280,8 @@ def kl_bounds(lp, delta, lower_at_one):
     lps, lq = _regular(lp)
     log_r, _ = kl_upper_root(lps, lq, delta)
     _, log_s = kl_upper_root(lq, lps, delta)  # mirror: log r_lo = log s'
+    # log r_lo <= -delta/p: below -DBL_MAX (so -inf, correctly rounded) once log p < log(delta) - log(DBL_MAX)
+    log_s = xp.where(lps < xp.log(delta) - 709.782712893384, -xp.inf, log_s)
     # 1 - p < e^-700: r_up = 1/p to the last bit (KL: 1/p - r_up ~ e^{-delta/(1-p)}/p)
     upper = xp.where(lq < LOG_P_TINY, -lps, xp.minimum(log_r, -lps))
     status = xp.where(lq < LOG_P_TINY, SATURATED, CONVERGED)

@@ -30,7 +30,7 @@ import torch
 
 from bandcore._contract import LOG_P_TOLERANCE
 
-__all__ = ["CLIP_HIGHER_EPS", "FIXED_CLIP", "METHODS", "check_bound_settings", "log_ratio_bounds"]
+__all__ = ["CLIP_HIGHER_EPS", "FIXED_CLIP", "METHODS", "check_bound_settings", "check_divergence", "log_ratio_bounds"]
 
 METHODS = ("band", "clip", "clip-higher")
 #: The fixed clip every metric is compared against: PPO's [0.8, 1.2].
@@ -49,6 +49,21 @@ def check_real(name: str, value: Any, *, above: float = 0.0, below: float | None
     if below is not None and value >= below:
         raise ValueError(f"{name} must be in ({above:g}, {below:g}), got {value!r}")
     return value
+
+
+def check_divergence(divergence: Any) -> Any:
+    """The :class:`bandcore.Divergence` of ``divergence`` by :func:`bandcore.divergences.get_divergence`.
+
+    Its error is re-raised with the spelling in front when the message does not already quote it.
+    """
+    from bandcore.divergences import get_divergence
+
+    try:
+        return get_divergence(divergence)
+    except ValueError as err:
+        if isinstance(divergence, str) and divergence not in str(err):
+            raise ValueError(f"divergence {divergence!r}: {err}") from None
+        raise
 
 
 def check_bound_settings(
@@ -74,10 +89,9 @@ def check_bound_settings(
         check_real("clip_eps_high", clip_eps_high)
     check_real("delta", delta)
     from bandcore._contract import check_delta
-    from bandcore.divergences import get_divergence
 
     check_delta(delta)
-    get_divergence(divergence)  # raises, naming the spelling, if it is not a divergence
+    check_divergence(divergence)  # raises, naming the spelling, if it is not a divergence
 
 
 def _raise_above_tolerance(values: torch.Tensor, name: str) -> None:
@@ -92,8 +106,12 @@ def _raise_above_tolerance(values: torch.Tensor, name: str) -> None:
 def _band_log(old_log_prob: torch.Tensor, divergence: Any, delta: float) -> tuple[torch.Tensor, torch.Tensor]:
     from bandcore.band import band_log
 
-    # check=False: no host synchronisation; (0, tol] is read as 0, above tol and NaN give NaN
-    return band_log(old_log_prob, divergence, delta, check=False)
+    try:
+        # check=False: no host synchronisation; (0, tol] is read as 0, above tol and NaN give NaN
+        return band_log(old_log_prob, divergence, delta, check=False)
+    except ValueError:
+        check_divergence(divergence)  # a bad spelling: raise naming it (the grammar may quote only a part)
+        raise
 
 
 def log_ratio_bounds(

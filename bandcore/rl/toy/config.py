@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..bounds import METHODS, check_bound_settings
+from ..bounds import METHODS, check_bound_settings, check_divergence
 from ..loss import LOSS_AGG_MODES
 from .model import MODEL_SIZES
 from .tasks import REWARDS, TASKS, Task, get_task
@@ -55,7 +55,7 @@ class TrainConfig:
     demo_noise: float = option(0.05, "fraction of warm-up demonstrations with one random mistake",
                                group="task", minimum=0.0, maximum=1.0)
     # policy
-    model: str | None = option(None, "local Hugging Face model directory (default: build a Llama of --size)",
+    model: str | None = option(None, "local Hugging Face model directory; none: build a Llama of --size",
                                group="policy")
     size: str = option("tiny", "size of the built Llama", group="policy", choices=tuple(MODEL_SIZES),
                        label="model size")
@@ -66,11 +66,11 @@ class TrainConfig:
                              group="loss")
     delta: float = option(0.05, "radius δ of the Band's trust region", group="loss", above=0.0)
     clip_eps: float = option(0.2, "clip ε of 'clip' and 'clip-higher'", group="loss", above=0.0, below=1.0)
-    clip_eps_high: float | None = option(None, "upper ε_high of the fixed clips (default: ε for 'clip', 0.28 "
-                                         "for 'clip-higher')", group="loss", above=0.0)
-    dual_clip: float | None = option(None, "dual-clip constant c > 1 (loss capped at -A c where A < 0)",
+    clip_eps_high: float | None = option(None, "upper ε_high of the fixed clips; none: ε for 'clip', 0.28 "
+                                         "for 'clip-higher'", group="loss", above=0.0)
+    dual_clip: float | None = option(None, "dual-clip constant c > 1 (loss capped at -A c where A < 0); none: off",
                                      group="loss", above=1.0)
-    max_ratio: float | None = option(None, "cap (> 1) on the upper ratio bound", group="loss", above=1.0)
+    max_ratio: float | None = option(None, "cap (> 1) on the upper ratio bound; none: no cap", group="loss", above=1.0)
     loss_agg_mode: str = option("token-mean", "aggregation of the per-token loss", group="loss",
                                 choices=LOSS_AGG_MODES)
     # RL loop
@@ -152,9 +152,7 @@ class TrainConfig:
 def _check_divergence(divergence: Any) -> None:
     if not isinstance(divergence, str):
         raise TypeError(f"must be a divergence spelling (str), got {divergence!r}")
-    from bandcore.divergences import get_divergence
-
-    get_divergence(divergence)  # the one grammar: name, alias, alpha(a), formula in u; raises naming it
+    check_divergence(divergence)  # the one grammar: name, alias, alpha(a), formula in u; raises naming it
 
 
 def _check_device(device: Any) -> None:

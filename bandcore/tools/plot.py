@@ -15,7 +15,6 @@ file's extension).  Curves carry labels (``"Band: kl"``, ``"PPO clip ε=0.2"``) 
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,10 +25,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from .band import band
-from .divergences import get_divergence
+from ..band import band
+from ..divergences import Divergence, resolve
 
-__all__ = ["plot_bounds", "plot_ratio", "plot_region", "register_cli"]
+__all__ = ["DEFAULT_DIVERGENCES", "FORMATS", "plot_bounds", "plot_ratio", "plot_region"]
 
 DEFAULT_DIVERGENCES = ("kl", "tv", "pearson", "hellinger", "js")
 FORMATS = (".png", ".pdf")
@@ -39,6 +38,12 @@ _COLORS = plt.get_cmap("tab10").colors
 
 def _p_grid(points: int = 400) -> np.ndarray:
     return np.logspace(np.log10(_P_MIN), np.log10(0.999), points)
+
+
+def _resolve_all(divergences: Sequence[str | Divergence]) -> list[Divergence]:
+    if isinstance(divergences, (str, Divergence)):
+        divergences = [divergences]
+    return [resolve(d) for d in divergences]
 
 
 def _check(delta: float, eps: float, out: str | Path | None) -> None:
@@ -59,7 +64,7 @@ def _save(fig: Figure, out: str | Path | None) -> Figure:
 
 def plot_bounds(
     delta: float = 0.05,
-    divergences: Sequence[str] = DEFAULT_DIVERGENCES,
+    divergences: Sequence[str | Divergence] = DEFAULT_DIVERGENCES,
     *,
     eps: float = 0.2,
     clip_higher: tuple[float, float] = (0.2, 0.28),
@@ -67,6 +72,7 @@ def plot_bounds(
 ) -> Figure:
     r"""Allowed change :math:`\Delta\pi = p(r-1)` vs p: PPO clip, clip-higher and the Band (paper's Figure 1)."""
     _check(delta, eps, out)
+    chosen = _resolve_all(divergences)
     p = _p_grid()
     fig, (ax_up, ax_lo) = plt.subplots(1, 2, figsize=(12, 4.8), sharex=True)
     eps_lo, eps_hi = clip_higher
@@ -78,10 +84,10 @@ def plot_bounds(
         ax.plot(p, sign * eps * p, "k--", lw=1.5, label=f"PPO clip ε={eps:g}")
         higher = eps_hi if side == "upper" else eps_lo
         ax.plot(p, sign * higher * p, "k:", lw=1.8, label=f"clip-higher ε={eps_lo:g}/{eps_hi:g}")
-        for color, name in zip(_COLORS, divergences, strict=False):
-            lower, upper = band(np.log(p), get_divergence(name), delta)
+        for color, div in zip(_COLORS, chosen, strict=False):
+            lower, upper = band(np.log(p), div, delta)
             ratio = upper if side == "upper" else lower
-            ax.plot(p, p * (ratio - 1.0), color=color, lw=2, label=f"Band: {get_divergence(name).name}")
+            ax.plot(p, p * (ratio - 1.0), color=color, lw=2, label=f"Band: {div.name}")
         ax.set_xscale("log")
         ax.set_xlim(_P_MIN, 1)
         ax.set_ylim(*((0, 1.02) if sign > 0 else (-1.02, 0)))
@@ -99,7 +105,7 @@ def plot_bounds(
 
 def plot_ratio(
     delta: float = 0.05,
-    divergences: Sequence[str] = DEFAULT_DIVERGENCES,
+    divergences: Sequence[str | Divergence] = DEFAULT_DIVERGENCES,
     *,
     eps: float = 0.2,
     out: str | Path | None = None,
@@ -112,8 +118,7 @@ def plot_ratio(
     ax.plot(p, 1.0 / p, color="0.3", lw=1.2, label="simplex limit r = 1/p")
     ax.plot(p, np.full_like(p, 1 + eps), "k--", lw=1.5, label=f"PPO clip 1 ± {eps:g}")
     ax.plot(p, np.full_like(p, 1 - eps), "k--", lw=1.5)
-    for color, name in zip(_COLORS, divergences, strict=False):
-        div = get_divergence(name)
+    for color, div in zip(_COLORS, _resolve_all(divergences), strict=False):
         lower, upper = band(np.log(p), div, delta)
         ax.plot(p, upper, color=color, lw=2, label=f"Band: {div.name}")
         ax.plot(p, lower, color=color, lw=2, ls="-.", label=f"Band lower: {div.name}")
@@ -133,7 +138,7 @@ def plot_ratio(
 
 
 def plot_region(
-    divergence: str = "kl",
+    divergence: str | Divergence = "kl",
     delta: float = 0.05,
     *,
     eps: float = 0.2,
@@ -145,7 +150,7 @@ def plot_region(
     when :math:`A > 0, r > r_{up}` or :math:`A < 0, r < r_{lo}`; shaded for the Band, hatched for PPO.
     """
     _check(delta, eps, out)
-    div = get_divergence(divergence)
+    div = resolve(divergence)
     p = _p_grid(300)
     r = np.logspace(-3, np.log10(2.0 / _P_MIN), 300)
     lower, upper = band(np.log(p), div, delta)
@@ -177,32 +182,3 @@ def plot_region(
     fig.suptitle(f"Clipped region of the PPO objective with the {div.name} Band, δ = {delta:g}")
     fig.tight_layout()
     return _save(fig, out)
-
-
-# --------------------------------------------------------------------------------------------------------
-# CLI
-# --------------------------------------------------------------------------------------------------------
-
-
-def _run(args: argparse.Namespace) -> int:
-    if args.figure == "bounds":
-        fig = plot_bounds(args.delta, args.divergences, eps=args.eps, out=args.out)
-    elif args.figure == "ratio":
-        fig = plot_ratio(args.delta, args.divergences, eps=args.eps, out=args.out)
-    else:
-        fig = plot_region(args.divergence, args.delta, eps=args.eps, out=args.out)
-    plt.close(fig)
-    print(f"wrote {args.out}")
-    return 0
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``bandcore plot {bounds,ratio,region}``."""
-    parser = subparsers.add_parser("plot", help="draw the Band", description=__doc__.split("\n\n")[0])
-    parser.add_argument("figure", choices=("bounds", "ratio", "region"))
-    parser.add_argument("--delta", type=float, default=0.05, help="trust-region radius δ")
-    parser.add_argument("--eps", type=float, default=0.2, help="PPO clip ε")
-    parser.add_argument("--divergences", nargs="+", default=list(DEFAULT_DIVERGENCES), help="bounds/ratio")
-    parser.add_argument("--divergence", default="kl", help="region: the Band's divergence")
-    parser.add_argument("--out", required=True, help="output file, .png or .pdf")
-    parser.set_defaults(handler=_run)

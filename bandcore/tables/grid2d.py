@@ -1,7 +1,7 @@
 r"""Tables over :math:`(p, \delta)`, so a trainer can anneal :math:`\delta` without rebuilding.
 
 Each bound is a tensor product: cubic Hermite in :math:`L = -\log p` on the octave grid of the 1-D tables
-(:mod:`bandcore.table_eval`), times a Chebyshev series in
+(:mod:`bandcore.tables.evaluate`), times a Chebyshev series in
 
 .. math::  u = \frac{2\log\delta - \log\delta_{lo} - \log\delta_{hi}}{\log\delta_{hi} - \log\delta_{lo}} \in [-1, 1].
 
@@ -9,9 +9,8 @@ At every :math:`L`-knot :math:`L_j` the stored function :math:`F` and its slope 
 :math:`n` Chebyshev–Lobatto points :math:`u_i = \cos(\pi i/(n-1))` (exact solves, slopes by implicit
 differentiation) and stored as Chebyshev coefficients,
 :math:`F(L_j, u) = \sum_{k<n} a_{kj} T_k(u)`, :math:`F_L(L_j, u) = \sum_{k<n} b_{kj} T_k(u)`.  The bounds are
-analytic in :math:`\log\delta` (the transition near :math:`p \approx \delta` moves smoothly with
-:math:`\delta`), so the series converge geometrically and :math:`n` stays small; coefficients below
-:math:`\tau = \mathrm{target}/64` (for :math:`b_{kj}`: :math:`\tau/w_j`, :math:`w_j` the widest cell at
+analytic in :math:`\log\delta`, so the series converge geometrically and :math:`n` stays small; coefficients
+below :math:`\tau = \mathrm{target}/64` (for :math:`b_{kj}`: :math:`\tau/w_j`, :math:`w_j` the widest cell at
 :math:`L_j`) are stored as exact zeros and the others rounded to a multiple of the power of two below
 :math:`\tau/16`, so the compressed file pays neither for the zeros nor for the low mantissa bits.
 
@@ -35,42 +34,44 @@ from typing import Any
 import numpy as np
 from numpy.polynomial import chebyshev
 
-from .divergences import Divergence, get_divergence
-from .table_eval import octave_grid
-from .table_formats import write_table
-from .table_math import pieces
-from .tables import (
-    _CHECK_S,
-    _GAP_FACTOR,
-    _MAX_KNOTS,
+from ..divergences import Divergence, resolve
+from .bounds import (
+    CHECK_S,
+    ERROR_MEASURE,
+    GAP_FACTOR,
     L_RANGE,
     LOG_NEG_LOG_R,
     LOG_R,
-    BandTable,
     TabulatedBound,
-    _check_delta,
-    _check_target,
-    _resolve_divergence,
-    _stored,
     bound_from_arrays,
     bound_metadata,
+    check_delta,
+    check_target,
+    divergence_of,
     exact_solver,
+    grid_size,
     n_octaves,
     rel_log_error,
+    stored,
     tail_error,
-)
+)  # fmt: skip
+from .evaluate import octave_grid
+from .formats import TableFileError, write_table
+from .limits import MAX_KNOTS, MAX_NODES
+from .pieces import pieces
+from .table import BUILDERS, LOADERS, SPOT_CHECKS, BandTable, check_certificate
 
 __all__ = ["BandTable2D"]
 
-_THRESHOLD = 1 / 64  # coefficients below target/64 are stored as zeros
-_MAX_NODES = 65
+THRESHOLD = 1 / 64  # coefficients below target/64 are stored as zeros
 
 
-def _lobatto(n: int) -> np.ndarray:
+def lobatto(n: int) -> np.ndarray:
+    """The n Chebyshev–Lobatto nodes cos(pi i/(n-1))."""
     return np.cos(np.pi * np.arange(n) / (n - 1))
 
 
-class _Surface:
+class Surface:
     """One bound over (L, u): knots, octave levels, and Chebyshev coefficients of shape (n, n_knots)."""
 
     def __init__(self, knots, levels, coef_values, coef_slopes, kind):
@@ -87,7 +88,7 @@ def _coefficients(samples: np.ndarray, cutoff: np.ndarray) -> np.ndarray:
     """Chebyshev coefficients (n, m) interpolating ``samples`` (n Lobatto nodes, m knots), |c| < cutoff → 0,
     and rounded to a multiple of the power of two below cutoff/16 (low mantissa bits zero: they compress)."""
     n = len(samples)
-    coef = np.linalg.solve(chebyshev.chebvander(_lobatto(n), n - 1), samples)
+    coef = np.linalg.solve(chebyshev.chebvander(lobatto(n), n - 1), samples)
     quantum = np.exp2(np.floor(np.log2(cutoff / 16)))
     return np.where(np.abs(coef) < cutoff, 0.0, np.round(coef / quantum) * quantum)
 
@@ -107,7 +108,7 @@ def _build_surface(div, ell_range, side, target, solve, bar):
 
     def cell_errors(surface, u):
         bound = surface.at(u)
-        xs = bound.check_points(_CHECK_S).ravel()
+        xs = bound.check_points(CHECK_S).ravel()
         return rel_log_error(bound.log(xs), exact(xs, u)).reshape(len(bound.knots) - 1, -1).max(axis=1)
 
     def per_octave(err, knots, n_oct):
@@ -118,13 +119,13 @@ def _build_surface(div, ell_range, side, target, solve, bar):
     n, levels = 5, np.zeros(n_octaves(a, b), dtype=np.int64)
     while True:
         knots = octave_grid(a, b, levels)
-        rows = [_stored(kind, knots, exact(knots, u), parts) for u in _lobatto(n)]
+        rows = [stored(kind, knots, exact(knots, u), parts) for u in lobatto(n)]
         values, slopes = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
         if not (np.all(np.isfinite(values)) and np.all(np.isfinite(slopes))):
             raise ValueError(f"{div.name} {side} bound: non-finite node data in the 2-D table")
         w = np.maximum(np.diff(knots, prepend=knots[0]), np.diff(knots, append=knots[-1]))
-        tau = target * _THRESHOLD
-        surface = _Surface(knots, levels.copy(), _coefficients(values, tau), _coefficients(slopes, tau / w), kind)
+        tau = target * THRESHOLD
+        surface = Surface(knots, levels.copy(), _coefficients(values, tau), _coefficients(slopes, tau / w), kind)
         theta = np.pi * np.arange(n) / (n - 1)
         node_err = per_octave(np.max([cell_errors(surface, math.cos(t)) for t in theta], axis=0), knots, len(levels))
         mid_err = per_octave(
@@ -138,11 +139,11 @@ def _build_surface(div, ell_range, side, target, solve, bar):
         refine = node_err > target / 2.5
         if refine.any():
             levels = levels + refine
-            if levels.max() > 23 or len(octave_grid(a, b, levels)) * n > _MAX_KNOTS * 8:
+            if levels.max() > 23 or grid_size(a, b, levels) * n > MAX_KNOTS * 8:
                 raise ValueError(f"{div.name} 2-D {side} bound: target {target:g} not reached")
         elif mid_err.max() > target / 2:
             n = 2 * n - 1  # nested Lobatto nodes
-            if n > _MAX_NODES:
+            if n > MAX_NODES:
                 raise ValueError(f"{div.name} 2-D {side} bound: target {target:g} not reached with {n} deltas")
         else:
             break
@@ -151,7 +152,7 @@ def _build_surface(div, ell_range, side, target, solve, bar):
     us = np.cos(np.concatenate([theta, gaps]))
     worst = max(float(cell_errors(surface, u).max()) for u in us)
     tails = max(tail_error(surface.at(u), div, delta_of(u), index) for u in (-1.0, 0.0, 1.0))
-    checked = len(us) * (len(knots) - 1) * len(_CHECK_S) + 3 * len(surface.at(0.0).tails())
+    checked = len(us) * (len(knots) - 1) * len(CHECK_S) + 3 * len(surface.at(0.0).tails())
     return surface, max(worst, tails), checked
 
 
@@ -178,16 +179,13 @@ class BandTable2D:
     @classmethod
     def build(cls, divergence: str | Divergence, delta_range: tuple[float, float], *, target: float = 1e-7,
               progress: bool = False) -> BandTable2D:  # fmt: skip
-        """Tabulate ``divergence`` over ``delta_range = (lo, hi)`` (0 < lo < hi) with certified error ≤ target."""
-        from . import __version__
+        """Tabulate ``divergence`` (any spelling) over ``delta_range = (lo, hi)`` (0 < lo < hi) with certified
+        error ≤ target."""
+        from .. import __version__
 
-        div = get_divergence(divergence)
-        if len(delta_range) != 2:
-            raise ValueError(f"delta range must be (lo, hi), got {delta_range!r}")
-        lo, hi = (_check_delta(d) for d in delta_range)
-        if not lo < hi:
-            raise ValueError(f"delta range must have lo < hi, got {delta_range!r}")
-        _check_target(target)
+        div = resolve(divergence)
+        lo, hi = _check_range(delta_range)
+        check_target(target)
         if math.isfinite(pieces(div).f_at_zero):
             raise ValueError(
                 f"2-D tables need a divergence that never saturates (f(0) = inf, e.g. kl); {div.name} saturates "
@@ -206,13 +204,13 @@ class BandTable2D:
         finally:
             if bar is not None:
                 bar.close()
-        return cls(divergence=div.name, generator=str(div.f), delta_range=(lo, hi), lower=lower, upper=upper,
-                   max_rel_error=_GAP_FACTOR * max(err_lo, err_up), target=target, checked_points=n_lo + n_up,
+        return cls(divergence=div.name, generator=div.formula, delta_range=(lo, hi), lower=lower, upper=upper,
+                   max_rel_error=GAP_FACTOR * max(err_lo, err_up), target=target, checked_points=n_lo + n_up,
                    bandcore_version=__version__)  # fmt: skip
 
     @property
     def divergence(self) -> Divergence:
-        return _resolve_divergence(self.divergence_name, self.generator)
+        return divergence_of(self.divergence_name, self.generator)
 
     @property
     def n_knots(self) -> int:
@@ -225,7 +223,7 @@ class BandTable2D:
 
     def at(self, delta: float) -> BandTable:
         """The 1-D table at ``delta`` (within the table's range), exact restriction of the tensor product."""
-        delta = _check_delta(delta)
+        delta = check_delta(delta)
         lo, hi = self.delta_range
         if not lo * (1 - 1e-12) <= delta <= hi * (1 + 1e-12):
             raise ValueError(f"delta={delta!r} is outside this table's range [{lo:g}, {hi:g}]")
@@ -253,6 +251,13 @@ class BandTable2D:
         deltas = np.exp(rng.uniform(math.log(lo), math.log(hi), n_deltas))
         return max(self.at(float(d)).recertify(points_per_interval, seed=seed) for d in deltas)
 
+    def spot_check(self, where: Any = "table", *, n: int = SPOT_CHECKS, seed: int = 0) -> None:
+        """:meth:`BandTable.spot_check` at two seeded δ of the range (its ends' geometric mean and a random one)."""
+        rng = np.random.default_rng(seed)
+        lo, hi = self.delta_range
+        for delta in (math.sqrt(lo * hi), math.exp(rng.uniform(math.log(lo), math.log(hi)))):
+            self.at(delta).spot_check(where, n=n, seed=seed)
+
     def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         arrays = {}
         for side, s in (("lower", self.lower), ("upper", self.upper)):
@@ -268,8 +273,8 @@ class BandTable2D:
             "delta_coordinate": "u = (2 log(delta) - log(lo) - log(hi)) / (log(hi) - log(lo))",
             "node_arrays": "coef_values[k, j], coef_slopes[k, j]: Chebyshev T_k(u) coefficients of F and dF/dL at "
             "knot j",
-            "coefficient_threshold": self.target * _THRESHOLD,
-            "error_measure": "|Δ log r| / max(1, |log r|)",
+            "coefficient_threshold": self.target * THRESHOLD,
+            "error_measure": ERROR_MEASURE,
             "max_rel_error": self.max_rel_error,
             "target": self.target,
             "checked_points": self.checked_points,
@@ -282,28 +287,53 @@ class BandTable2D:
         return write_table(path, arrays, metadata)
 
     @classmethod
-    def from_arrays(cls, arrays, meta) -> BandTable2D:
-        from .table_formats import TableFileError
+    def load(cls, path) -> BandTable2D:
+        """:meth:`BandTable.load`, refusing a 1-D file."""
+        table = BandTable.load(path)
+        if not isinstance(table, cls):
+            raise TableFileError(f"{str(path)!r} holds a 1-D table, not a table over delta")
+        return table
 
+    @classmethod
+    def from_arrays(cls, arrays, meta) -> BandTable2D:
         try:
             surfaces = {}
             for side, kind in (("lower", LOG_NEG_LOG_R), ("upper", LOG_R)):
                 knots, levels = arrays[f"{side}_knots"], arrays[f"{side}_levels"]
                 cv, cs = arrays[f"{side}_coef_values"], arrays[f"{side}_coef_slopes"]
-                if cv.ndim != 2 or cv.shape != cs.shape or cv.shape[1] != len(knots) or len(cv) < 2:
+                if cv.ndim != 2 or cv.shape != cs.shape or cv.shape[1] != len(knots) or not 2 <= len(cv) <= MAX_NODES:
                     raise TableFileError(f"{side}: coefficient arrays do not match the knots")
                 if int(meta[f"{side}_kind"]) != kind:
                     raise TableFileError(f"{side} kind {meta[f'{side}_kind']} is not valid for a 2-D table")
                 bound = bound_from_arrays(side, knots, cv[0], cs[0], levels, meta)  # validates the grid
-                surfaces[side] = _Surface(bound.knots, bound.levels, cv, cs, kind)
-            return cls(divergence=meta["divergence"], generator=meta["generator"], delta_range=meta["delta_range"],
-                       lower=surfaces["lower"], upper=surfaces["upper"], max_rel_error=meta["max_rel_error"],
-                       target=meta["target"], checked_points=meta["checked_points"],
-                       bandcore_version=meta["bandcore_version"])  # fmt: skip
+                surfaces[side] = Surface(bound.knots, bound.levels, cv, cs, kind)
+            table = cls(divergence=meta["divergence"], generator=meta["generator"],
+                        delta_range=_check_range(meta["delta_range"]), lower=surfaces["lower"],
+                        upper=surfaces["upper"], max_rel_error=meta["max_rel_error"], target=meta["target"],
+                        checked_points=meta["checked_points"], bandcore_version=meta["bandcore_version"])  # fmt: skip
         except KeyError as err:
             raise TableFileError(f"table lacks the field {err}") from None
+        except (TypeError, ValueError) as err:
+            if isinstance(err, TableFileError):
+                raise
+            raise TableFileError(f"invalid metadata: {err}") from None
+        check_certificate(table)
+        return table
 
     def __repr__(self) -> str:
         lo, hi = self.delta_range
         return (f"BandTable2D({self.divergence_name!r}, delta=[{lo:g}, {hi:g}], coefficients={self.n_knots}, "
                 f"max_rel_error={self.max_rel_error:.2e})")  # fmt: skip
+
+
+def _check_range(delta_range) -> tuple[float, float]:
+    if not isinstance(delta_range, (tuple, list)) or len(delta_range) != 2:
+        raise ValueError(f"delta range must be (lo, hi), got {delta_range!r}")
+    lo, hi = (check_delta(d) for d in delta_range)
+    if not lo < hi:
+        raise ValueError(f"delta range must have lo < hi, got {delta_range!r}")
+    return lo, hi
+
+
+LOADERS["2d"] = BandTable2D.from_arrays
+BUILDERS["2d"] = BandTable2D.build

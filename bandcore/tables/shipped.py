@@ -1,0 +1,160 @@
+"""The tables shipped in the package (``bandcore/tables/data``): their specification, regeneration, freshness.
+
+The shipped set (:data:`SHIPPED`) is 1-D tables for kl, tv and pearson at δ ∈ {0.01, 0.02, 0.05, 0.1, 0.2}
+and a 2-D KL table over δ ∈ [0.01, 0.2] (target 1e-7), all ``.npz``, listed with sizes, certified
+errors and checksums in ``manifest.json``.  :func:`regenerate` rebuilds them deterministically;
+:func:`check_shipped` (``bandcore table check-shipped``, and a test) reports them stale when the manifest, a
+file's checksum or metadata disagree with the specification, or when the exact solver, recomputed at a sample
+of each table's knots, no longer reproduces the stored values and slopes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .bounds import L_RANGE, exact_solver, stored
+from .formats import FORMAT_VERSION, SHIPPED_DIR, read_table, shipped_name
+from .grid2d import THRESHOLD, lobatto
+from .pieces import pieces
+from .table import BandTable
+
+__all__ = ["MANIFEST", "SHIPPED", "SHIPPED_DIR", "check_shipped", "regenerate"]
+
+#: (divergence, delta or (lo, hi), target) of every shipped table.
+SHIPPED: tuple[tuple[str, Any, float], ...] = (
+    *((name, delta, 1e-7) for name in ("kl", "tv", "pearson") for delta in (0.01, 0.02, 0.05, 0.1, 0.2)),
+    ("kl", (0.01, 0.2), 1e-7),
+)
+MANIFEST = "manifest.json"
+
+
+def _entry(path: Path, table) -> dict[str, Any]:
+    _, meta = read_table(path)
+    entry = {"file": path.name, "divergence": table.divergence_name, "table": meta["table"]}
+    if meta["table"] == "2d":
+        entry["delta_range"] = list(table.delta_range)
+    else:
+        entry["delta"] = table.delta
+    entry.update(bytes=path.stat().st_size, knots=table.n_knots, target=table.target,
+                 max_rel_error=table.max_rel_error, checksum=meta["checksum"])  # fmt: skip
+    return entry
+
+
+def regenerate(
+    directory: Path = SHIPPED_DIR, *, progress: bool = True, overwrite: bool = False
+) -> list[dict[str, Any]]:
+    """Rebuild every shipped table and the manifest in ``directory`` (default: the package data folder).
+
+    Elsewhere, existing files of the same names are not replaced unless ``overwrite`` (raises
+    :class:`FileExistsError` before building anything).
+    """
+    directory = Path(directory)
+    names = [shipped_name(name, delta) for name, delta, _ in SHIPPED] + [MANIFEST]
+    if not overwrite and directory.resolve() != SHIPPED_DIR.resolve():
+        existing = [n for n in names if (directory / n).exists()]
+        if existing:
+            raise FileExistsError(f"{directory} already holds {', '.join(existing[:3])}"
+                                  f"{' ...' if len(existing) > 3 else ''}: pass --force to replace them")  # fmt: skip
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for name, delta, target in SHIPPED:
+        table = BandTable.build(name, delta, target=target, progress=progress)
+        path = table.save(directory / shipped_name(name, delta))
+        entries.append(_entry(path, table))
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "regenerate": "bandcore table regenerate",
+        "error_measure": "|Δ log r| / max(1, |log r|) against the exact solver",
+        "tables": entries,
+    }
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return entries
+
+
+def _sample_knots(n: int, k: int, seed: int) -> np.ndarray:
+    return np.unique(np.concatenate([[0, n - 1], np.random.default_rng(seed).integers(0, n, k)]))
+
+
+def _recompute_1d(table: BandTable, k: int, seed: int) -> float:
+    """Worst relative mismatch of stored values/slopes against the exact solver at sampled knots."""
+    solve = exact_solver()
+    div = table.divergence
+    parts = pieces(div)
+    worst = 0.0
+    for index, bound in ((0, table.lower), (1, table.upper)):
+        idx = _sample_knots(len(bound.knots), k, seed + index)
+        L = bound.knots[idx]
+        y = np.asarray(solve(-L, div, table.delta)[index], dtype=np.float64)
+        kink = bound.knots[0] if bound.saturated_left else None
+        values, slopes = stored(bound.kind, L, y, parts, kink=kink)
+        for fresh, old in ((values, bound.values[idx]), (slopes, bound.slopes[idx])):
+            worst = max(worst, float(np.max(np.abs(fresh - old) / np.maximum(1.0, np.abs(old)))))
+    return worst
+
+
+def _recompute_2d(table, k: int, seed: int) -> float:
+    """As :func:`_recompute_1d` at a random Chebyshev node in δ, beyond the coefficients' rounding allowance
+    (n · threshold: every coefficient is within the threshold of its exact value, and |T_k| <= 1)."""
+    solve = exact_solver()
+    div = table.divergence
+    parts = pieces(div)
+    rng = np.random.default_rng(seed)
+    lo, hi = (math.log(d) for d in table.delta_range)
+    worst = 0.0
+    for index, surface in ((0, table.lower), (1, table.upper)):
+        n = len(surface.coef_values)
+        u = float(lobatto(n)[int(rng.integers(0, n))])
+        idx = _sample_knots(len(surface.knots), k, seed + index)
+        L = surface.knots[idx]
+        y = np.asarray(solve(-L, div, math.exp((lo + hi) / 2 + u * (hi - lo) / 2))[index])
+        values, slopes = stored(surface.kind, L, y, parts)
+        at_u = surface.at(u)
+        knots = surface.knots
+        w = np.maximum(np.diff(knots, prepend=knots[0]), np.diff(knots, append=knots[-1]))
+        scale = np.maximum(1.0, np.abs(values))
+        mismatch = max(np.max(np.abs(values - at_u.values[idx]) / scale),
+                       np.max(np.abs(slopes - at_u.slopes[idx]) * w[idx] / scale))  # fmt: skip
+        worst = max(worst, float(mismatch) - n * table.target * THRESHOLD)
+    return worst
+
+
+def check_shipped(directory: Path = SHIPPED_DIR, *, knots_per_table: int = 24, tol: float = 1e-9) -> list[str]:
+    """Problems that make the shipped tables in ``directory`` stale (empty list when they are fresh)."""
+    directory = Path(directory)
+    problems: list[str] = []
+    manifest_path = directory / MANIFEST
+    if not manifest_path.is_file():
+        return [f"{manifest_path} is missing: run `bandcore table regenerate`"]
+    manifest = json.loads(manifest_path.read_text())
+    listed = {e["file"]: e for e in manifest.get("tables", [])}
+    expected = {shipped_name(name, delta): (name, delta, target) for name, delta, target in SHIPPED}
+    if set(listed) != set(expected):
+        problems.append(f"manifest lists {sorted(listed)}, the specification {sorted(expected)}")
+    for file, (name, delta, target) in expected.items():
+        path = directory / file
+        try:
+            table = BandTable.load(path)
+            _, meta = read_table(path)
+        except (OSError, ValueError) as err:
+            problems.append(f"{file}: {err}")
+            continue
+        entry = listed.get(file, {})
+        if entry.get("checksum") != meta["checksum"] or entry.get("bytes") != path.stat().st_size:
+            problems.append(f"{file}: checksum or size differs from the manifest")
+        spec_delta = list(delta) if isinstance(delta, tuple) else delta
+        got_delta = meta.get("delta_range") if isinstance(delta, tuple) else meta.get("delta")
+        spec = (name, spec_delta, target, list(L_RANGE))
+        if (meta["divergence"], got_delta, meta["target"], meta["L_range"]) != spec:
+            problems.append(f"{file}: metadata does not match the specification ({name}, {delta}, {target})")
+        if not (math.isfinite(table.max_rel_error) and table.max_rel_error <= target):
+            problems.append(f"{file}: certified error {table.max_rel_error:.2e} above its target {target:g}")
+        recompute = _recompute_2d if meta["table"] == "2d" else _recompute_1d
+        mismatch = recompute(table, knots_per_table, seed=len(problems))
+        if mismatch > tol:
+            problems.append(f"{file}: stored knots differ from the exact solver by {mismatch:.2e} (stale)")
+    return problems

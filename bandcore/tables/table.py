@@ -1,0 +1,362 @@
+r"""Lookup tables of the Band with a certified error: build, certify, save, load, evaluate.
+
+A :class:`BandTable` holds, for one divergence and one :math:`\delta`, both bounds as cubic Hermite interpolants
+in :math:`L = -\log p` on octave cells (:mod:`bandcore.tables.evaluate`: the cell of a token is read off the bits
+of its log-probability), with slopes from implicit differentiation of :math:`g_f(p, r) = \delta`
+(:mod:`bandcore.tables.pieces`), so a knot costs one exact solve and no finite differences.  Building:
+:mod:`bandcore.tables.bounds`.
+
+**Certificate.** The error measure is the numerical contract's,
+:math:`e = |\Delta \log r| / \max(1, |\log r|)` — the relative error of the ratio bound wherever
+:math:`e^{-1} \le r \le e` and the relative error of :math:`\log r` beyond.  ``max_rel_error`` is the largest
+:math:`e` over the final check points, times 1.25 for the gaps between them (the Hermite error is a smooth
+:math:`\propto s^2(1-s)^2` bump per cell, so 11 samples see its peak to within a few per cent).  The check
+points include the tails outside the grid: :math:`L` from :math:`2^{-121}` down to 0 (:math:`p = 1`), where the
+end value is used, and :math:`L = 690, 700`, where the end tangent is (the stored functions are linear in
+:math:`L` up to :math:`O(p)`).
+
+**Loading** checks the file (:mod:`bandcore.tables.formats`), the grid, that the label names the stored
+generator, and re-evaluates :data:`SPOT_CHECKS` seeded points against the exact solver
+(:func:`bandcore.band.band_log`): a table whose contents are not the Band it is labelled with does not load.
+
+**Tables over δ** (:class:`~bandcore.tables.grid2d.BandTable2D`, from ``BandTable.build(div, delta=(lo, hi))``).
+
+>>> table = BandTable.build("kl", 0.05)                         # doctest: +SKIP
+>>> lower, upper = table(old_log_prob)                           # doctest: +SKIP
+>>> table.save("kl_0.05.npz"); BandTable.load("kl_0.05.npz")     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..band import band_log
+from ..divergences import Divergence, resolve
+from .bounds import (
+    DEFAULT_TARGET,
+    ERROR_MEASURE,
+    GAP_FACTOR,
+    TabulatedBound,
+    bound_from_arrays,
+    bound_metadata,
+    build_bound,
+    check_delta,
+    check_target,
+    divergence_of,
+    exact_solver,
+    rel_log_error,
+    tail_error,
+)  # fmt: skip
+from .evaluate import eval_log_numba
+from .formats import SHIPPED_DIR, TableFileError, read_table, shipped_name, write_table
+
+__all__ = ["BUILDERS", "LOADERS", "SPOT_CHECKS", "BandTable", "spot_check"]
+
+#: points per file re-evaluated with the exact solver on load
+SPOT_CHECKS = 8
+#: table kind in a file's metadata -> ``from_arrays(arrays, meta)`` (the 2-D module registers "2d")
+LOADERS: dict[str, Callable[[dict[str, np.ndarray], dict[str, Any]], Any]] = {}
+#: table kind -> ``build(divergence, delta, target=, progress=)`` for a ``delta`` that is a pair (2-D)
+BUILDERS: dict[str, Callable[..., Any]] = {}
+_LOG_P_TOLERANCE = 1e-6
+_SOLVER_SLACK = 1e-12  # the exact solver's own error, beyond the table's certificate
+
+
+class BandTable:
+    r"""The Band of one divergence at one :math:`\delta`, tabulated with a certified error.
+
+    Build with :meth:`build`, evaluate with ``table(old_log_prob) -> (lower, upper)`` or
+    :meth:`log` ``-> (log_lower, log_upper)``; NumPy in → NumPy out (Numba kernel, parallel), torch in → torch
+    out on the same device and dtype (no host synchronisation).  Computation is in float64, rounded once to
+    the input's floating dtype.  ``max_rel_error`` bounds :math:`|\Delta\log r|/\max(1,|\log r|)` against the
+    exact solver for every ``old_log_prob``.
+    """
+
+    def __init__(self, *, divergence: str, generator: str, delta: float, lower: TabulatedBound,
+                 upper: TabulatedBound, max_rel_error: float, target: float, checked_points: int,
+                 bandcore_version: str) -> None:  # fmt: skip
+        self.divergence_name = divergence
+        self.generator = generator
+        self.delta = float(delta)
+        self.lower = lower
+        self.upper = upper
+        self.max_rel_error = float(max_rel_error)
+        self.target = float(target)
+        self.checked_points = int(checked_points)
+        self.bandcore_version = bandcore_version
+        self._torch_cache: dict[Any, tuple] = {}
+
+    # ---- construction ----------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, divergence: str | Divergence, delta: float | tuple[float, float], *,
+              target: float = DEFAULT_TARGET, progress: bool = False):  # fmt: skip
+        r"""Tabulate the Band of ``divergence`` at ``delta`` with certified error ≤ ``target``.
+
+        ``divergence``: any spelling (name, alias, ``alpha(a)``, formula in u, :class:`~bandcore.Divergence`);
+        ``delta``: :math:`\delta > 0`, or ``(lo, hi)`` for a :class:`~bandcore.tables.grid2d.BandTable2D` over
+        :math:`\delta \in [lo, hi]`; ``target``: error target for :math:`|\Delta \log r| / \max(1, |\log r|)`
+        (default 1e-7); ``progress``: a tqdm progress bar.
+        """
+        if isinstance(delta, (tuple, list)):
+            return BUILDERS["2d"](divergence, tuple(delta), target=target, progress=progress)
+        div = resolve(divergence)
+        delta = check_delta(delta)
+        check_target(target)
+        from .. import __version__
+
+        solve = exact_solver()
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(desc=f"table {div.name} delta={delta:g}", unit="pass")
+        try:
+            lower, err_lo, n_lo = build_bound(div, delta, "lower", target, solve, bar)
+            upper, err_up, n_up = build_bound(div, delta, "upper", target, solve, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        return cls(divergence=div.name, generator=div.formula, delta=delta, lower=lower, upper=upper,
+                   max_rel_error=GAP_FACTOR * max(err_lo, err_up), target=target, checked_points=n_lo + n_up,
+                   bandcore_version=__version__)  # fmt: skip
+
+    @property
+    def divergence(self) -> Divergence:
+        """The :class:`~bandcore.Divergence` (catalogue entry, or rebuilt from the stored generator)."""
+        return divergence_of(self.divergence_name, self.generator)
+
+    @property
+    def n_knots(self) -> int:
+        """Total number of knots (both bounds)."""
+        return len(self.lower.knots) + len(self.upper.knots)
+
+    # ---- evaluation --------------------------------------------------------------------------------------
+    def log(self, old_log_prob):
+        """(log_lower, log_upper) for ``old_log_prob`` (NumPy array, scalar, or torch tensor).
+
+        A CPU tensor is evaluated by the Numba kernel on a zero-copy view (float16/bfloat16 through float32);
+        on other devices by the torch kernel.  Either way a torch input never raises: log p above the tolerance
+        gives NaN (no host synchronisation on a device).
+        """
+        if _is_torch(old_log_prob):
+            import torch
+
+            from .evaluate import eval_log_torch
+
+            with torch.no_grad():
+                dtype = _torch_float_dtype(old_log_prob)
+                if old_log_prob.device.type == "cpu":
+                    return self._log_cpu_tensor(old_log_prob.detach(), dtype)
+                lp = old_log_prob.detach().to(torch.float64)
+                lo, up = eval_log_torch(lp, *self._torch_arrays(lp.device), _LOG_P_TOLERANCE)
+                return lo.to(dtype), up.to(dtype)
+        arr = np.asarray(old_log_prob)
+        if arr.dtype not in (np.float16, np.float32, np.float64):
+            raise TypeError(f"old_log_prob must hold float16/32/64 log-probabilities, got dtype {arr.dtype}")
+        flat = np.ascontiguousarray(arr).reshape(-1)
+        if flat.dtype == np.float16:
+            flat = flat.astype(np.float32)  # Numba has no float16 arithmetic
+        out_dtype = np.float32 if arr.dtype == np.float16 else arr.dtype
+        lo, up, above = eval_log_numba(flat, self.lower.kernel, self.upper.kernel, out_dtype, _LOG_P_TOLERANCE)
+        if above:
+            raise ValueError(
+                f"old_log_prob must be <= 0 (log-probabilities; values up to {_LOG_P_TOLERANCE:g} are read as 0), "
+                f"got {above} value(s) above, max {np.nanmax(arr)!r}"
+            )
+        return lo.reshape(arr.shape).astype(arr.dtype, copy=False), up.reshape(arr.shape).astype(arr.dtype, copy=False)
+
+    def _log_cpu_tensor(self, tensor, dtype):
+        import torch
+
+        if dtype not in (torch.float32, torch.float64):
+            tensor = tensor.to(torch.float32)  # float16/bfloat16 are exact in float32
+        flat = tensor.contiguous().reshape(-1).numpy()
+        lo, up, above = eval_log_numba(flat, self.lower.kernel, self.upper.kernel, flat.dtype, _LOG_P_TOLERANCE)
+        if above:  # as on a device: NaN, not an error
+            lo[flat > _LOG_P_TOLERANCE] = np.nan
+            up[flat > _LOG_P_TOLERANCE] = np.nan
+        shape = tensor.shape
+        return torch.from_numpy(lo).reshape(shape).to(dtype), torch.from_numpy(up).reshape(shape).to(dtype)
+
+    def __call__(self, old_log_prob):
+        """(lower, upper) ratio bounds: ``exp`` of :meth:`log` (lower 0 where saturated, upper 1/p)."""
+        lo, up = self.log(old_log_prob)
+        if _is_torch(lo):
+            return lo.exp(), up.exp()
+        with np.errstate(over="ignore"):
+            return np.exp(lo), np.exp(up)
+
+    def _torch_arrays(self, device):
+        if device not in self._torch_cache:
+            from .evaluate import torch_arrays
+
+            self._torch_cache[device] = (torch_arrays(self.lower.kernel, device),
+                                         torch_arrays(self.upper.kernel, device))  # fmt: skip
+        return self._torch_cache[device]
+
+    # ---- certification -----------------------------------------------------------------------------------
+    def recertify(self, points_per_interval: int = 11, *, seed: int | None = None) -> float:
+        r"""Re-measure the max error against the exact solver; returns :math:`\max e` (without the margin).
+
+        With ``seed=None`` the points are the interior points :math:`s = k/(m+1)` of every cell
+        (``m = points_per_interval``); with a seed they are uniformly random in each cell.  The tails outside
+        the grid are always included (against the mpmath oracle).
+        """
+        solve = exact_solver()
+        rng = None if seed is None else np.random.default_rng(seed)
+        div = self.divergence
+        worst = 0.0
+        for index, bound in ((0, self.lower), (1, self.upper)):
+            m = points_per_interval
+            s = np.arange(1, m + 1) / (m + 1) if rng is None else rng.random((len(bound.knots) - 1, m))
+            L = bound.check_points(s).ravel()
+            exact = np.asarray(solve(-L, div, self.delta)[index], dtype=np.float64)
+            approx = self.log(-L)[index]
+            worst = max(worst, float(rel_log_error(approx, exact).max()), tail_error(bound, div, self.delta, index))
+        return worst
+
+    # ---- files -------------------------------------------------------------------------------------------
+    def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """(arrays, metadata) as stored in every file format."""
+        arrays = {}
+        for side, bound in (("lower", self.lower), ("upper", self.upper)):
+            arrays[f"{side}_knots"] = bound.knots
+            arrays[f"{side}_values"] = bound.values
+            arrays[f"{side}_slopes"] = bound.slopes
+            arrays[f"{side}_levels"] = bound.levels.astype(np.float64)
+        metadata = {
+            "table": "1d",
+            "divergence": self.divergence_name,
+            "generator": self.generator,
+            "delta": self.delta,
+            **bound_metadata(self.lower, self.upper),
+            "error_measure": ERROR_MEASURE,
+            "max_rel_error": self.max_rel_error,
+            "target": self.target,
+            "checked_points": self.checked_points,
+            "bandcore_version": self.bandcore_version,
+        }
+        return arrays, metadata
+
+    def save(self, path: str | Path) -> Path:
+        """Write the table; the format follows the suffix (``.npz``, ``.safetensors``, ``.json``, ``.csv``)."""
+        arrays, metadata = self.to_arrays()
+        return write_table(path, arrays, metadata)
+
+    @classmethod
+    def load(cls, path: str | Path):
+        """Read a table written by :meth:`save` (or a 2-D table); refuses damaged files and files whose
+        contents are not the Band they are labelled with (see the module docstring)."""
+        arrays, meta = read_table(path, required=("table", "divergence", "generator", "max_rel_error"))
+        loader = LOADERS.get(meta["table"]) if isinstance(meta["table"], str) else None
+        if loader is None:
+            raise TableFileError(f"{str(path)!r}: unknown table kind {meta['table']!r}")
+        try:
+            table = loader(arrays, meta)
+        except TableFileError as err:
+            raise TableFileError(f"{str(path)!r}: {err}") from None
+        table.spot_check(path)
+        return table
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> BandTable:
+        """Rebuild from the content of a file (already verified)."""
+        try:
+            bounds = {}
+            for side in ("lower", "upper"):
+                bounds[side] = bound_from_arrays(
+                    side, arrays[f"{side}_knots"], arrays[f"{side}_values"], arrays[f"{side}_slopes"],
+                    arrays[f"{side}_levels"], meta,
+                )  # fmt: skip
+            table = cls(divergence=meta["divergence"], generator=meta["generator"], delta=check_delta(meta["delta"]),
+                        lower=bounds["lower"], upper=bounds["upper"], max_rel_error=meta["max_rel_error"],
+                        target=meta["target"], checked_points=meta["checked_points"],
+                        bandcore_version=meta["bandcore_version"])  # fmt: skip
+        except KeyError as err:
+            raise TableFileError(f"table lacks the field {err}") from None
+        except (TypeError, ValueError) as err:
+            if isinstance(err, TableFileError):
+                raise
+            raise TableFileError(f"invalid metadata: {err}") from None
+        check_certificate(table)
+        return table
+
+    def spot_check(self, where: Any = "table", *, n: int = SPOT_CHECKS, seed: int = 0) -> None:
+        """Refuse (:class:`TableFileError`) a table that disagrees with the exact solver beyond its certificate
+        at ``n`` seeded points (see :func:`spot_check`)."""
+        spot_check(self, where, n=n, seed=seed)
+
+    @classmethod
+    def shipped(cls, divergence: str | Divergence, delta: float | tuple[float, float]):
+        """Load a table shipped with the package (``bandcore/tables/data``, listed in its ``manifest.json``).
+
+        Refuses a file whose divergence (canonical formula) or δ is not the one asked for.
+        """
+        div = resolve(divergence)
+        if isinstance(delta, (tuple, list)):
+            wanted: Any = tuple(check_delta(d) for d in delta)
+        else:
+            wanted = check_delta(delta)
+        path = SHIPPED_DIR / shipped_name(div.name, wanted)
+        if not path.is_file():
+            raise FileNotFoundError(f"no shipped table for {div.spelling!r} at delta={delta!r} ({path.name})")
+        table = cls.load(path)
+        got = getattr(table, "delta_range", None) if isinstance(wanted, tuple) else getattr(table, "delta", None)
+        if table.divergence.formula != div.formula or got != wanted:
+            raise TableFileError(f"{str(path)!r} holds {table!r}, not {div.spelling!r} at delta={wanted!r}")
+        return table
+
+    def __repr__(self) -> str:
+        return (f"BandTable({self.divergence_name!r}, delta={self.delta:g}, knots={self.n_knots}, "
+                f"max_rel_error={self.max_rel_error:.2e})")  # fmt: skip
+
+
+def check_certificate(table) -> None:
+    """A certificate a builder could have written: ``0 <= max_rel_error <= target < 1``."""
+    check_target(table.target)
+    if not 0 <= table.max_rel_error <= table.target:
+        raise TableFileError(f"certified error {table.max_rel_error!r} is not in [0, target={table.target!r}]")
+
+
+def spot_check(table: BandTable, where: Any = "table", *, n: int = SPOT_CHECKS, seed: int = 0) -> None:
+    """Re-evaluate ``n`` seeded points of ``table`` (random cells, random position in the cell, half per
+    bound) with :func:`bandcore.band.band_log` (backend "numpy"); raise :class:`TableFileError` naming
+    ``where`` and the point where the table is off by more than its certified error."""
+    rng = np.random.default_rng(seed)
+    try:
+        div = table.divergence
+    except (ValueError, TypeError) as err:
+        raise TableFileError(f"{str(where)!r}: {err}") from None
+    tol = table.max_rel_error + _SOLVER_SLACK
+    for index, bound in ((0, table.lower), (1, table.upper)):
+        m = max(1, n // 2)
+        cells = rng.integers(0, len(bound.knots) - 1, m)
+        L = bound.knots[cells] + rng.random(m) * np.diff(bound.knots)[cells]
+        exact = np.asarray(band_log(-L, div, table.delta, backend="numpy")[index], dtype=np.float64)
+        approx = table.log(-L)[index]
+        err = rel_log_error(approx, exact)
+        worst = int(np.argmax(err))
+        if err[worst] > tol:
+            side = ("lower", "upper")[index]
+            raise TableFileError(
+                f"{str(where)!r} does not hold the Band it is labelled with ({table.divergence_name}, "
+                f"delta={table.delta:g}): at log p = {-L[worst]!r} its {side} log r is {approx[worst]!r}, the exact "
+                f"solver gives {exact[worst]!r} (error {err[worst]:.2e} > certified {table.max_rel_error:.2e})"
+            )
+
+
+def _is_torch(value) -> bool:
+    return type(value).__module__.startswith("torch")
+
+
+def _torch_float_dtype(tensor):
+    if not tensor.is_floating_point():
+        raise TypeError(f"old_log_prob must be a floating tensor, got dtype {tensor.dtype}")
+    return tensor.dtype
+
+
+LOADERS["1d"] = BandTable.from_arrays
