@@ -13,7 +13,15 @@ Numerical contract (tested against the 50-digit oracle :mod:`bandcore.oracle`):
 
 * fp64: :math:`|\Delta \log r| \le 10^{-12}\max(1, |\log r|)` for every finite :math:`\log p \le 0` and
   :math:`\delta \in [10^{-8}, 10]`, every divergence (catalogue and :meth:`Divergence.from_expression`) and
-  every backend.  Saturated bounds are exact: ``log_upper == -old_log_prob``, ``log_lower == -inf``.
+  every backend (the far tail included: below log p = -700, where p is subnormal or 0 in float64, the
+  solvers work in logarithms; a bound beyond the float range is its correctly rounded ±inf, e.g. KL's lower
+  bound :math:`\approx -\delta/p` once :math:`\log p < \log\delta - 709.78`).  Saturated bounds are exact:
+  ``log_upper == -old_log_prob``, ``log_lower == -inf``.
+* Next to a saturation threshold :math:`p^*` the bound is inherently ill-conditioned: rounding p by a relative
+  :math:`\epsilon` moves it by about :math:`\epsilon\,p/|p - p^*|` relatively, so at relative distance
+  :math:`\eta = |p - p^*|/p^*` the error may reach about :math:`64\,\epsilon/\eta` (tested at
+  :math:`\eta = 10^{-6}, 10^{-8}, 10^{-10}` on every backend).  Every token converges within the solver's
+  iteration budget; one that did not would carry status ``NOT_CONVERGED`` instead of a silent value.
 * fp32 / fp16 / bf16 inputs are computed in fp64 and rounded once to the input dtype (also on GPU: the torch
   backend always computes in float64, whose error there is the fp64 error above).
 * :math:`\log p = 0` (p = 1): :math:`\log r_{up} = 0` and :math:`r_{lo}` is the limit :math:`p \to 1` under the
@@ -23,7 +31,7 @@ Numerical contract (tested against the 50-digit oracle :mod:`bandcore.oracle`):
   :math:`1/(1+\delta)`; hellinger :math:`(1-\delta/2)^2`; lecam :math:`(2-\delta)/(2+\delta)`; js and
   alpha(α < 1) numeric; a lower bound that saturates there is 0.
 * :math:`\log p = -\infty` (p = 0): ``(lower, upper) = (0, +inf)`` (logs ``(-inf, +inf)``).
-* NaN in → NaN out (both bounds).  Empty arrays → empty outputs.
+* NaN in → NaN out (both bounds, status ``INVALID_INPUT``).  Empty arrays → empty outputs.
 
 Properties: lower ≤ 1 ≤ upper; upper non-increasing and lower non-decreasing in p; nested in δ; mirror
 symmetric :math:`q_{lo}(p) = 1 - q_{up}(1-p)`.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from bandcore.rl.train import TrainConfig, read_metrics, run
+from bandcore.rl.toy import TrainConfig, read_metrics, run
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from bandcore.rl import band_policy_loss
-from bandcore.rl.trl import BandGRPOConfig, BandGRPOTrainer
+from bandcore.rl.trl import P_BUCKETS, BandGRPOConfig, BandGRPOTrainer
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trl_grpo.py"
 # transformers 5.x deprecates a property that TRL 1.16 reads at every generation: a third-party warning
@@ -81,10 +81,63 @@ def _trainer(example, tmp_path, **overrides) -> BandGRPOTrainer:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def test_trl_compute_loss_hook_exists_with_its_signature():
-    assert list(inspect.signature(GRPOTrainer._compute_loss).parameters) == ["self", "model", "inputs"]
-    params = list(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
-    assert params[:5] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep"]
+# The signatures of the private TRL methods the plug-in overrides or calls, as in the supported TRL versions
+# (1.14 takes the logps arguments as *args; 1.15 and 1.16 name them).  The plug-in forwards *args / **kwargs,
+# so it needs only ``model`` first and the tuple (logps, entropies, aux_loss) back.
+_LOGPS_SIGNATURES = (
+    ["self", "model", "args", "batch_size", "compute_aux_loss", "kwargs"],  # 1.14
+    ["self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+     "compute_aux_loss", "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
+     "num_tiles", "image_sizes", "image_position_ids", "token_type_ids", "mm_token_type_ids"],  # 1.15, 1.16
+)
+
+
+def _params(function) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def test_trl_private_methods_keep_their_signatures():
+    """Every private GRPOTrainer method that bandcore.rl.trl overrides or calls, and the constructor it reads."""
+    got = _params(GRPOTrainer._compute_loss)
+    assert got == ["self", "model", "inputs"], (
+        f"TRL changed GRPOTrainer._compute_loss{inspect.signature(GRPOTrainer._compute_loss)}: BandGRPOTrainer "
+        "overrides it as _compute_loss(self, model, inputs); update bandcore/rl/trl.py for this TRL version"
+    )
+    got = _params(GRPOTrainer._get_per_token_logps_and_entropies)
+    assert got[:2] == ["self", "model"] and (got in _LOGPS_SIGNATURES or got[:5] == _LOGPS_SIGNATURES[1][:5]), (
+        "TRL changed GRPOTrainer._get_per_token_logps_and_entropies"
+        f"{inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies)}: BandGRPOTrainer overrides it and "
+        "reads the first element of its result as the current policy's per-token log-probabilities"
+    )
+    got = _params(GRPOTrainer.__init__)
+    assert got[:4] == ["self", "model", "reward_funcs", "args"], (
+        f"TRL changed GRPOTrainer.__init__{inspect.signature(GRPOTrainer.__init__)}: BandGRPOTrainer reads args "
+        "as the third positional argument"
+    )
+
+
+def test_trl_version_range_is_checked(monkeypatch):
+    import trl
+
+    from bandcore.rl import trl as band_trl
+
+    for version in ("1.14.0", "1.15.2", "1.16.0", "1.16.1.dev0"):
+        band_trl._check_trl_version(version)
+    for version in ("1.13.9", "1.17.0", "1.17.0.dev0", "2.0.0", "unknown"):
+        with pytest.raises(ImportError, match=rf"supports trl>=1\.14,<1\.17 .* but trl {version} is installed"):
+            band_trl._check_trl_version(version)
+    # at import: a fresh copy of the module (the imported one stays as it is) under a TRL reporting 1.17.0
+    monkeypatch.setattr(trl, "__version__", "1.17.0")
+    spec = importlib.util.spec_from_file_location("bandcore.rl._trl_version_probe", band_trl.__file__)
+    with pytest.raises(ImportError, match=r"but trl 1\.17\.0 is installed"):
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+def test_the_rl_extra_pins_the_supported_trl_range():
+    from bandcore.rl.trl import SUPPORTED_TRL
+
+    pyproject = (EXAMPLE.parents[1] / "pyproject.toml").read_text()
+    assert f'"{SUPPORTED_TRL}"' in pyproject
 
 
 def test_trl_clamps_and_measures_with_the_epsilon_attributes():
@@ -134,6 +187,56 @@ def test_trainer_attributes_exist_after_init(example, tmp_path):
 def test_unsupported_settings_are_refused(tmp_path, overrides, match):
     with pytest.raises(ValueError, match=match):
         _config(tmp_path, **overrides)
+
+
+def test_the_default_configuration_is_off_policy(tmp_path):
+    config = BandGRPOConfig(output_dir=str(tmp_path), use_cpu=True, activation_checkpointing=False,
+                            report_to="none")
+    assert config.num_iterations == 2 and not config.band_allow_on_policy
+    assert config.gradient_accumulation_steps % (config.steps_per_generation * config.num_iterations) != 0
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"num_iterations": 1},
+        {"num_iterations": 1, "gradient_accumulation_steps": 4, "steps_per_generation": 2},
+        # TRL's rule is a divisibility: two passes that both fall inside one optimizer step never move the ratio
+        {"num_iterations": 2, "gradient_accumulation_steps": 2, "steps_per_generation": 1},
+    ],
+)
+def test_a_ratio_that_is_always_one_is_refused_unless_allowed(tmp_path, overrides):
+    with pytest.raises(ValueError, match=r"ratio is always 1 with num_iterations=\d+, steps_per_generation=\d+, "
+                                         r"gradient_accumulation_steps=\d+ .* band_allow_on_policy=True"):
+        _config(tmp_path, **overrides)
+    assert _config(tmp_path, band_allow_on_policy=True, **overrides).band_allow_on_policy
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"num_iterations": 1, "gradient_accumulation_steps": 3, "steps_per_generation": 2},
+     {"num_iterations": 2, "gradient_accumulation_steps": 2}, {"num_iterations": 3}],
+)
+def test_off_policy_configurations_are_accepted(tmp_path, overrides):
+    _config(tmp_path, **overrides)
+
+
+def test_an_on_policy_change_after_the_config_is_refused_by_the_trainer(example, tmp_path):
+    config = _config(tmp_path)
+    config.num_iterations = 1
+    with pytest.raises(ValueError, match="ratio is always 1"):
+        BandGRPOTrainer(model=example.build_model(example.build_tokenizer(), 0), args=config,
+                        reward_funcs=example.say_reward)
+
+
+def test_allowed_on_policy_training_runs_trl_unchanged_without_a_warning(example, tmp_path):
+    trainer = _trainer(example, tmp_path, loss_type="bnpo", num_iterations=1, band_allow_on_policy=True)
+    trainer.model.eval()
+    inputs, _ = _inputs(trainer)
+    del inputs["old_per_token_logps"]
+    trainer._compute_loss(trainer.model, inputs)  # filterwarnings = error: a warning would raise
+    assert trainer._metrics["eval"]["clip_ratio/region_mean"][-1] == 0
+    assert "band/width_mean" not in trainer._metrics["eval"]
 
 
 def test_settings_changed_after_the_config_are_refused_by_the_trainer(example, tmp_path):
@@ -202,6 +305,9 @@ def test_trl_computes_the_band_loss_and_metrics(example, tmp_path, loss_type, ag
     assert logged["clip_ratio/low_mean"] == pytest.approx(float(metrics["clipfrac_low"]), abs=1e-6)
     assert logged["band/clip_ratio_fixed/region_mean"] == pytest.approx(float(metrics["clipfrac_fixed"]), abs=1e-6)
     assert logged["band/width_mean"] == pytest.approx(float(metrics["band_width"]), rel=1e-5)
+    assert logged["band/clip_ratio/low"] == pytest.approx(logged["clip_ratio/low_mean"], abs=1e-6)
+    assert logged["band/clip_ratio/high"] == pytest.approx(logged["clip_ratio/high_mean"], abs=1e-6)
+    assert logged["band/clip_ratio/region"] == pytest.approx(logged["clip_ratio/region_mean"], abs=1e-6)
     # the batch makes the comparison meaningful: the Band and the fixed clip both act, and differently
     assert float(metrics["clipfrac_high"]) > 0 and float(metrics["clipfrac_low"]) > 0
     assert float(metrics["clipfrac"]) != float(metrics["clipfrac_fixed"])
@@ -224,6 +330,57 @@ def test_gradient_matches_band_policy_loss(example, tmp_path):
     expected = torch.autograd.grad(loss, params)
     for got, want in zip(grads, expected, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
+
+
+def test_clip_fractions_per_old_probability_bucket(example, tmp_path):
+    trainer = _trainer(example, tmp_path, loss_type="bnpo", band_delta=0.05)
+    trainer.model.eval()
+    inputs, log_prob = _inputs(trainer, seed=3)
+    # spread the old probabilities over every bucket
+    old = torch.log(torch.tensor([[0.002, 0.05, 0.3, 0.7, 0.9], [0.005, 0.02, 0.2, 0.6, 0.1],
+                                  [0.5, 0.09, 0.01, 0.001, 0.4], [0.03, 0.8, 0.3, 0.004, 0.6]]))
+    inputs["old_per_token_logps"] = old
+    trainer._compute_loss(trainer.model, inputs)
+    logged = {k: v[-1] for k, v in trainer._metrics["eval"].items()}
+    lower, upper = trainer.band_ratio_bounds(old)
+    ratio = torch.exp(log_prob - old)
+    adv = inputs["advantages"][:, None]
+    clipped = ((ratio < lower) & (adv < 0)) | ((ratio > upper) & (adv > 0))
+    mask = inputs["completion_mask"].bool()
+    p = old.exp()
+    seen = 0
+    for name, lo, hi in P_BUCKETS:
+        in_bucket = mask & (p >= lo) & (p < hi)
+        assert in_bucket.any(), name
+        expected = (clipped & in_bucket).sum().item() / in_bucket.sum().item()
+        assert logged[f"band/clip_ratio/{name}"] == pytest.approx(expected, abs=1e-6), name
+        seen += expected > 0
+    assert seen >= 2  # the batch clips in more than one bucket
+    assert logged["band/clip_ratio/region"] == pytest.approx((clipped & mask).sum().item() / mask.sum().item())
+
+
+def test_an_empty_bucket_logs_nothing(example, tmp_path):
+    trainer = _trainer(example, tmp_path, loss_type="bnpo")
+    trainer.model.eval()
+    inputs, _ = _inputs(trainer)
+    inputs["old_per_token_logps"] = torch.full((4, 5), math.log(0.3))
+    trainer._compute_loss(trainer.model, inputs)
+    keys = {k for k in trainer._metrics["eval"] if k.startswith("band/clip_ratio/p")}
+    assert keys == {"band/clip_ratio/p0.1-0.5"}
+
+
+@pytest.mark.filterwarnings(TRL_GENERATION_WARNING)
+def test_a_short_training_run_logs_the_band_metrics(example, tmp_path):
+    trainer = _trainer(example, tmp_path, max_steps=2, logging_steps=1, learning_rate=0.05)
+    trainer.train()
+    log = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert [entry["step"] for entry in log] == [1, 2]
+    for entry in log:
+        for key in ("band/clip_ratio/low", "band/clip_ratio/high", "band/clip_ratio/region", "band/width_mean"):
+            assert math.isfinite(entry[key]) and 0 <= entry[key] <= (math.inf if "width" in key else 1), key
+        assert entry["band/width_mean"] > 0
+        buckets = [key for key in entry if key.startswith("band/clip_ratio/p")]
+        assert buckets and set(buckets) <= {f"band/clip_ratio/{name}" for name, _, _ in P_BUCKETS}
 
 
 def test_on_policy_batches_warn_once_and_leave_trl_unchanged(example, tmp_path):

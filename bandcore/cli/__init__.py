@@ -34,8 +34,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class UsageError(ValueError):
-    """A bad command-line value (exit code 2)."""
+#: optional dependency -> the extra that installs it
+_EXTRAS = {"torch": "torch", "transformers": "rl", "trl": "rl", "datasets": "rl", "accelerate": "rl",
+           "tokenizers": "rl", "verl": "verl", "safetensors": "all"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,6 +83,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"bandcore {command}: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as err:
+        if debug:
+            raise
+        name = (err.name or "").split(".")[0]
+        extra = _EXTRAS.get(name, "all")
+        print(f"bandcore {command}: error: {name or err} is not installed; install it with: "
+              f"pip install 'bandcore[{extra}]'", file=sys.stderr)
+        return 2
     except (MissingDependencyError, ValueError, TypeError) as err:
         if debug:
             raise

@@ -33,7 +33,6 @@ import mpmath as mp
 import numpy as np
 
 from ..derive.mpmath_g import g_mp
-from ..derive.table_pieces import table_pieces
 from ..divergences import Divergence, resolve
 
 __all__ = ["GeneratorPieces", "bisection_band_log", "log_p_of_x", "pieces", "saturation_threshold", "x_of_log_p"]
@@ -114,6 +113,8 @@ def pieces(divergence: str | Divergence) -> GeneratorPieces:
 
 @lru_cache(maxsize=64)
 def _pieces(div: Divergence) -> GeneratorPieces:
+    from ..derive.table_pieces import table_pieces  # SymPy: only when a table is built or checked
+
     return GeneratorPieces(*table_pieces(div))
 
 

@@ -30,20 +30,18 @@ torch's allocations).  Tests never assert a time; they run ``--quick``.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._contract import check_positive_int
 from ..tables import rel_log_error
+from .bench_memory import _get_threads, _measure_memory, _resolve_threads, _set_threads
+from .bench_report import format_report
 
 __all__ = ["format_report", "llm_like_log_probs", "rel_log_error", "run_bench"]
 
@@ -204,122 +202,6 @@ def _copy_roofline(x: np.ndarray, x_torch, repeats: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------------
 
 
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise OSError(f"/proc/self/status has no {field}")
-
-
-def _memory_child(method: str, divergence: str, delta: float, n: int, threads: int) -> None:
-    """Run in a subprocess: print the peak extra resident memory of one call as JSON."""
-    _set_threads(threads)
-    x = llm_like_log_probs(n, seed=0)
-    if method == "table":
-        from ..tables import BandTable
-
-        try:
-            table = BandTable.shipped(divergence, delta)
-        except FileNotFoundError:
-            table = BandTable.build(divergence, delta)
-        fn, arg = table.log, x
-    else:
-        from ..band import band_log
-
-        if method == "torch":
-            import torch
-
-            arg = torch.from_numpy(x)
-        else:
-            arg = x
-
-        def fn(a):
-            return band_log(a, divergence, delta, backend=method)
-
-    fn(arg[:1000])  # imports, compilation / cache load
-    Path("/proc/self/clear_refs").write_text("5")  # reset the VmHWM high-water mark
-    base = _status_kib("VmRSS")
-    result = fn(arg)
-    peak = _status_kib("VmHWM")
-    del result
-    print(json.dumps({"peak_extra_bytes": (peak - base) * 1024}))
-
-
-def _measure_memory(method: str, divergence: str, delta: float, n: int, threads: int) -> dict[str, Any]:
-    code = (
-        "from bandcore.tools.bench import _memory_child; "
-        f"_memory_child({method!r}, {divergence!r}, {delta!r}, {n}, {threads})"
-    )
-    # a fixed mmap threshold makes every large array fresh pages (glibc would otherwise reuse freed, already
-    # resident heap memory and hide the allocation from VmHWM)
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "0"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
-    row: dict[str, Any] = {"method": method, "divergence": divergence, "n_tokens": n}
-    if proc.returncode != 0:
-        row["error"] = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "subprocess failed"
-        return row
-    peak = json.loads(proc.stdout.strip().splitlines()[-1])["peak_extra_bytes"]
-    input_bytes = 4 * n
-    row.update(
-        peak_extra_bytes=peak,
-        input_bytes=input_bytes,
-        peak_over_input=peak / input_bytes,
-        peak_over_outputs=peak / (2 * input_bytes),
-    )
-    return row
-
-
-# --------------------------------------------------------------------------------------------------------
-# Threads and progress
-# --------------------------------------------------------------------------------------------------------
-
-
-def _numba_max_threads() -> int | None:
-    try:
-        import numba
-    except ImportError:
-        return None
-    return int(numba.config.NUMBA_NUM_THREADS)
-
-
-def _get_threads() -> tuple[int, int | None]:
-    """(torch intra-op threads, Numba threads or None without Numba)."""
-    import torch
-
-    try:
-        import numba
-    except ImportError:
-        return torch.get_num_threads(), None
-    return torch.get_num_threads(), int(numba.get_num_threads())
-
-
-def _set_threads(torch_threads: int, numba_threads: int | None = -1) -> None:
-    """Set torch's and Numba's thread counts (Numba's to ``torch_threads`` unless given)."""
-    import torch
-
-    torch.set_num_threads(torch_threads)
-    numba_threads = torch_threads if numba_threads == -1 else numba_threads
-    if numba_threads is not None and _numba_max_threads() is not None:
-        import numba
-
-        numba.set_num_threads(numba_threads)
-
-
-def _resolve_threads(threads: int | None) -> int:
-    """The thread count of the run: ``threads`` or the machine's cores, within what Numba was started with."""
-    cores = os.cpu_count() or 1
-    numba_max = _numba_max_threads()
-    if threads is None:
-        return min(cores, numba_max) if numba_max else cores
-    threads = check_positive_int(threads, "threads")
-    if numba_max is not None and threads > numba_max:
-        raise ValueError(
-            f"threads must be at most {numba_max} (Numba's NUMBA_NUM_THREADS; set that variable to allow more), "
-            f"got threads={threads}"
-        )
-    return threads
-
-
 class _Progress:
     """A tqdm bar on stderr (when ``enabled`` and tqdm is installed), otherwise nothing."""
 
@@ -465,47 +347,3 @@ def _run(n, divergences, delta, repeats, oracle_points, memory_sizes, seed, thre
             bar.step(f"memory: {method} at {size:,}")
             report["memory"].append(_measure_memory(method, "kl", delta, size, threads))
     return report
-
-
-def format_report(report: dict[str, Any]) -> str:
-    """The human-readable table ``bandcore bench`` prints."""
-    copy = report["copy"]
-    lines = [
-        f"bandcore bench: {report['n_tokens']:,} float32 log-probs, delta={report['delta']}, "
-        f"best of {report['repeats']}, {report['machine']['cpu_count']} CPUs, threads {report['threads']} "
-        f"(torch {report['machine']['torch_threads']}, numba {report['machine']['numba_threads']})",
-        f"copy roofline: numpy {copy['numpy']['gb_per_s']:.2f} GB/s, torch {copy['torch']['gb_per_s']:.2f} GB/s "
-        f"-> {copy['roofline_mtok_s']:.0f} Mtok/s at {copy['bytes_per_token']} B/token",
-        f"accuracy: {report['accuracy_measure']} on {report['accuracy_points']} points",
-        "",
-        f"{'divergence':<10} {'method':<12} {'ms':>9} {'Mtok/s':>8} {'x publ.':>8} {'roofline':>8} "
-        f"{'err lower':>10} {'err upper':>10} {'1st call s':>10}",
-    ]
-    for row in report["results"]:
-        speedup = "-" if row["speedup_vs_published"] is None else f"{row['speedup_vs_published']:.1f}"
-        lines.append(
-            f"{row['divergence']:<10} {row['method']:<12} {row['seconds'] * 1e3:9.2f} {row['mtok_s']:8.2f} "
-            f"{speedup:>8} {row['roofline_fraction']:8.1%} {row['max_rel_err_lower']:10.2e} "
-            f"{row['max_rel_err_upper']:10.2e} {row['first_call_seconds']:10.3f}"
-        )
-    if report["tables"]:
-        lines.append("")
-        for name, info in report["tables"].items():
-            lines.append(
-                f"table {name}: {info['origin']} ({info['seconds']:.2f} s), {info['knots']} knots, "
-                f"certified max rel error {info['certified_max_rel_error']:.2e}"
-            )
-    if report["memory"]:
-        lines.append("")
-        for row in report["memory"]:
-            if "error" in row:
-                lines.append(f"memory {row['method']:<6} {row['n_tokens']:>10,} tokens: {row['error']}")
-            else:
-                lines.append(
-                    f"memory {row['method']:<6} {row['n_tokens']:>10,} tokens: "
-                    f"peak +{row['peak_extra_bytes'] / 1e6:.1f} MB"
-                    f" = {row['peak_over_input']:.2f} x input ({row['peak_over_outputs']:.2f} x the two outputs)"
-                )
-    for key, why in report["unavailable"].items():
-        lines.append(f"unavailable {key}: {why}")
-    return "\n".join(lines)

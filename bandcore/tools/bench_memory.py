@@ -1,0 +1,131 @@
+"""Threads and peak memory for the benchmark: equal thread counts for torch and Numba, and the peak extra
+resident memory of one method measured in a fresh subprocess (``/proc/self/clear_refs`` + ``VmHWM``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .._contract import check_positive_int
+
+
+def _numba_max_threads() -> int | None:
+    try:
+        import numba
+    except ImportError:
+        return None
+    return int(numba.config.NUMBA_NUM_THREADS)
+
+
+def _get_threads() -> tuple[int, int | None]:
+    """(torch intra-op threads, Numba threads or None without Numba)."""
+    import torch
+
+    try:
+        import numba
+    except ImportError:
+        return torch.get_num_threads(), None
+    return torch.get_num_threads(), int(numba.get_num_threads())
+
+
+def _set_threads(torch_threads: int, numba_threads: int | None = -1) -> None:
+    """Set torch's and Numba's thread counts (Numba's to ``torch_threads`` unless given)."""
+    import torch
+
+    torch.set_num_threads(torch_threads)
+    numba_threads = torch_threads if numba_threads == -1 else numba_threads
+    if numba_threads is not None and _numba_max_threads() is not None:
+        import numba
+
+        numba.set_num_threads(numba_threads)
+
+
+def _resolve_threads(threads: int | None) -> int:
+    """The thread count of the run: ``threads`` or the machine's cores, within what Numba was started with."""
+    cores = os.cpu_count() or 1
+    numba_max = _numba_max_threads()
+    if threads is None:
+        return min(cores, numba_max) if numba_max else cores
+    threads = check_positive_int(threads, "threads")
+    if numba_max is not None and threads > numba_max:
+        raise ValueError(
+            f"threads must be at most {numba_max} (Numba's NUMBA_NUM_THREADS; set that variable to allow more), "
+            f"got threads={threads}"
+        )
+    return threads
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise OSError(f"/proc/self/status has no {field}")
+
+
+def _memory_child(method: str, divergence: str, delta: float, n: int, threads: int) -> None:
+    """Run in a subprocess: print the peak extra resident memory of one call as JSON."""
+    from .bench import llm_like_log_probs  # the child process imports the benchmark; the parent does not
+
+    _set_threads(threads)
+    x = llm_like_log_probs(n, seed=0)
+    if method == "table":
+        from ..tables import BandTable
+
+        try:
+            table = BandTable.shipped(divergence, delta)
+        except FileNotFoundError:
+            table = BandTable.build(divergence, delta)
+        fn, arg = table.log, x
+    else:
+        from ..band import band_log
+
+        if method == "torch":
+            import torch
+
+            arg = torch.from_numpy(x)
+        else:
+            arg = x
+
+        def fn(a):
+            return band_log(a, divergence, delta, backend=method)
+
+    fn(arg[:1000])  # imports, compilation / cache load
+    Path("/proc/self/clear_refs").write_text("5")  # reset the VmHWM high-water mark
+    base = _status_kib("VmRSS")
+    result = fn(arg)
+    peak = _status_kib("VmHWM")
+    del result
+    print(json.dumps({"peak_extra_bytes": (peak - base) * 1024}))
+
+
+def _measure_memory(method: str, divergence: str, delta: float, n: int, threads: int) -> dict[str, Any]:
+    code = (
+        "from bandcore.tools.bench_memory import _memory_child; "
+        f"_memory_child({method!r}, {divergence!r}, {delta!r}, {n}, {threads})"
+    )
+    # a fixed mmap threshold makes every large array fresh pages (glibc would otherwise reuse freed, already
+    # resident heap memory and hide the allocation from VmHWM)
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "0"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    row: dict[str, Any] = {"method": method, "divergence": divergence, "n_tokens": n}
+    if proc.returncode != 0:
+        row["error"] = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "subprocess failed"
+        return row
+    peak = json.loads(proc.stdout.strip().splitlines()[-1])["peak_extra_bytes"]
+    input_bytes = 4 * n
+    row.update(
+        peak_extra_bytes=peak,
+        input_bytes=input_bytes,
+        peak_over_input=peak / input_bytes,
+        peak_over_outputs=peak / (2 * input_bytes),
+    )
+    return row
+
+
+# --------------------------------------------------------------------------------------------------------
+# Threads and progress
+# --------------------------------------------------------------------------------------------------------
