@@ -257,7 +257,9 @@ def test_generic_numba_solver_on_specialised_divergences(key):
         ref_lower, ref_upper = oracle(key, LOG_P, delta)
         lower, upper = np.empty_like(LOG_P), np.empty_like(LOG_P)
         status = np.empty(LOG_P.shape, dtype=np.int8)
-        module.band_kernel(LOG_P, delta, backends.lower_at_one(div, delta), False, lower, upper, status)
+        module.band_kernel(
+            LOG_P, delta, backends.lower_at_one(div, delta), False, lower, upper, status, backends.NO_SEED
+        )
         assert relative_errors(lower, ref_lower).max() <= TOLERANCE
         assert relative_errors(upper, ref_upper).max() <= TOLERANCE
 

@@ -18,6 +18,7 @@ from the generator), so KL, TV and Pearson load no SymPy on any backend.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import inspect
@@ -137,14 +138,14 @@ FASTMATH = ("arcp", "contract", "nsz")
 _DRIVER = '''
 
 @njit(cache=True, parallel=True, fastmath=FASTMATH, error_model="numpy")
-def band_kernel(old_log_prob, delta, lower_at_one, ratios, lower, upper, status):
+def band_kernel(old_log_prob, delta, lower_at_one, ratios, lower, upper, status, seed):
     """One pass: clamp (0, TOL] to 0, count values above TOL, bounds in float64, store in the output dtype."""
     above = 0
     for i in prange(old_log_prob.size):
         lp = np.float64(old_log_prob[i])
         above += lp > TOL
         lp = 0.0 if lp > 0.0 and lp <= TOL else lp
-        lo, up, st = {entry}(lp, delta, lower_at_one)
+        lo, up, st = {entry}(lp, delta, lower_at_one, seed)
         if ratios:
             lo = xp.exp(lo)
             up = xp.exp(up)
@@ -163,11 +164,33 @@ def cache_dir() -> Path:
     return Path(root) / "numba"
 
 
+class _LazySelects(ast.NodeTransformer):
+    """``xp.where(c, a, b)`` -> ``a if c else b`` and ``xp.logical_and/or`` -> ``and``/``or``: the same
+    arithmetic, but a scalar evaluates only the branch it takes (vectorised backends must compute both)."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "xp"):
+            return node
+        if func.attr == "where" and len(node.args) == 3:
+            return ast.IfExp(test=node.args[0], body=node.args[1], orelse=node.args[2])
+        if func.attr in ("logical_and", "logical_or") and len(node.args) == 2:
+            return ast.BoolOp(op=ast.And() if func.attr == "logical_and" else ast.Or(), values=list(node.args))
+        return node
+
+
+def _scalar_source(source: str) -> str:
+    return ast.unparse(ast.fix_missing_locations(_LazySelects().visit(ast.parse(source))))
+
+
 def _numba_source(divergence: Divergence, kind: str) -> str:
-    source = inspect.getsource(_reference)
     ops = "numba_fast_ops" if kind in ("tv", "pearson") else "numba_ops"
+    source = inspect.getsource(_reference)
+    if ops == "numba_ops":  # the closed forms keep their selects: branch-free loops vectorise
+        source = _scalar_source(source)
     source = source.replace(
-        "from .ops import numpy_ops as xp  # rebound per backend by .backends",
+        "from .ops import numpy_ops as xp",
         f"import numpy as np\nfrom numba import njit, prange\n\nfrom bandcore.kernels import {ops} as xp",
     )
     functions = [name for name, value in vars(_reference).items() if inspect.isfunction(value)
@@ -183,18 +206,41 @@ def _numba_source(divergence: Divergence, kind: str) -> str:
             lines += ["@njit(cache=True, fastmath=FASTMATH, error_model='numpy')", fn.math_source()]
     jit = 'njit(cache=True, fastmath=FASTMATH, error_model="numpy")'
     lines += [f"{name} = {jit}({name})" for name in functions]
-    return source + "\n".join(lines) + _DRIVER.replace("{entry}", _reference.ENTRY_POINTS[kind])
+    entry = _reference.ENTRY_POINTS["kl_seeded" if kind == "kl" else kind]  # scalar KL: table-seeded
+    return source + "\n".join(lines) + _DRIVER.replace("{entry}", entry)
 
 
 def _literal(value: float) -> str:
     return "math.inf" if value == math.inf else repr(float(value))
 
 
+#: The KL start table: log w(logit p), w = 1/(e^d - 1) at the upper root, on [-TABLE_EDGE, TABLE_EDGE].
+#: Cubic Hermite interpolation errs by ~1e-7 relative; one Halley step takes that below 1e-16.
+TABLE_EDGE = 740.0
+TABLE_STEP = 0.125
+NO_SEED = (0.0, 1.0, np.zeros(2), np.zeros(2))
+
+
+@lru_cache(maxsize=16)
+def kl_start_table(delta: float) -> tuple[float, float, np.ndarray, np.ndarray]:
+    r"""(theta0, step, F, F') with :math:`F(\theta_p) = \log w` on a uniform grid of logit p, from the KL
+    solver itself.  :math:`dd/d\theta_p = d(1-p)/x - 1` by implicit differentiation of
+    :math:`\mathrm{kl}(p, q) = \delta` (:math:`x = r - 1`), and :math:`d\log w/dd = -(1 + w)`; cached per δ."""
+    theta = np.arange(-TABLE_EDGE, TABLE_EDGE + TABLE_STEP / 2, TABLE_STEP)
+    lp, lq = -np.logaddexp(0.0, -theta), -np.logaddexp(0.0, theta)  # log sigma(theta), log(1 - sigma(theta))
+    with np.errstate(all="ignore"):
+        log_r, log_s = _reference.kl_upper_root(lp, lq, delta)
+        d = log_r - log_s  # r = e^d s
+        log_w = -d - np.log(-np.expm1(-d))
+        slopes = -(1.0 + np.exp(log_w)) * (d * np.exp(lq) / np.expm1(log_r) - 1.0)
+    return float(theta[0]), TABLE_STEP, log_w, slopes
+
+
 @lru_cache(maxsize=64)
 def numba_module(divergence: Divergence, kind: str | None = None) -> ModuleType:
     """The generated, compiled module of ``divergence`` (cached per divergence; machine code cached on disk).
 
-    Its ``band_kernel(old_log_prob, delta, lower_at_one, ratios, lower, upper, status)`` runs the solver of
+    Its ``band_kernel(old_log_prob, delta, lower_at_one, ratios, lower, upper, status, seed)`` runs the solver of
     ``kind`` (default :func:`solver_kind`).
     """
     kind = kind or solver_kind(divergence)
@@ -228,7 +274,8 @@ def run_numba(divergence: Divergence, old_log_prob: np.ndarray, delta: float, *,
     lower = np.empty(flat.shape, dtype=dtype)
     upper = np.empty(flat.shape, dtype=dtype)
     status = np.empty(flat.shape, dtype=np.int8)
+    seed = kl_start_table(float(delta)) if solver_kind(divergence) == "kl" else NO_SEED
     above = module.band_kernel(flat, float(delta), lower_at_one(divergence, float(delta)), bool(ratios),
-                               lower, upper, status)
+                               lower, upper, status, seed)
     shape = np.shape(old_log_prob)
     return lower.reshape(shape), upper.reshape(shape), status.reshape(shape), int(above)

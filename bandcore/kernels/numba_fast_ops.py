@@ -35,8 +35,6 @@ INV_LN2 = 1.4426950408889634
 SQRT_HALF_BITS = 0x3FE6A09E667F3BCD
 TWO_52 = 4503599627370496.0
 MIN_NORMAL = 2.2250738585072014e-308
-EXP_TAYLOR = tuple(1 / math.factorial(k) for k in range(1, 14))
-ATANH_ODD = tuple(1 / (2 * k + 1) for k in range(1, 12))
 
 
 @intrinsic
@@ -57,11 +55,51 @@ def _as_float(typingctx, x):
 
 @njit(**_JIT)
 def _taylor(x):
-    """sum_{k>=1} x^k / k!, k <= 13, Horner (loop over a constant tuple: unrolled)."""
-    y = 0.0
-    for k in range(len(EXP_TAYLOR) - 1, -1, -1):
-        y = (y + EXP_TAYLOR[k]) * x
-    return y
+    """sum_{k>=1} x^k / k!, k <= 13, Horner written out (a loop over the coefficients would not vectorise)."""
+    return (
+        (
+            (
+                (
+                    (
+                        (
+                            (
+                                (
+                                    (
+                                        (
+                                            (
+                                                (1.6059043836821613e-10 * x + 2.08767569878681e-09) * x
+                                                + 2.505210838544172e-08
+                                            )
+                                            * x
+                                            + 2.755731922398589e-07
+                                        )
+                                        * x
+                                        + 2.7557319223985893e-06
+                                    )
+                                    * x
+                                    + 2.48015873015873e-05
+                                )
+                                * x
+                                + 0.0001984126984126984
+                            )
+                            * x
+                            + 0.001388888888888889
+                        )
+                        * x
+                        + 0.008333333333333333
+                    )
+                    * x
+                    + 0.041666666666666664
+                )
+                * x
+                + 0.16666666666666666
+            )
+            * x
+            + 0.5
+        )
+        * x
+        + 1.0
+    ) * x
 
 
 @njit(**_JIT)
@@ -92,9 +130,38 @@ def log(x):
     m = _as_float(bits - (e << 52))
     s = (m - 1.0) / (m + 1.0)  # m - 1 exact (Sterbenz)
     z = s * s
-    y = 0.0
-    for k in range(len(ATANH_ODD) - 1, -1, -1):
-        y = (y + ATANH_ODD[k]) * z
+    y = (
+        (
+            (
+                (
+                    (
+                        (
+                            (
+                                (
+                                    ((0.043478260869565216 * z + 0.047619047619047616) * z + 0.05263157894736842) * z
+                                    + 0.058823529411764705
+                                )
+                                * z
+                                + 0.06666666666666667
+                            )
+                            * z
+                            + 0.07692307692307693
+                        )
+                        * z
+                        + 0.09090909090909091
+                    )
+                    * z
+                    + 0.1111111111111111
+                )
+                * z
+                + 0.14285714285714285
+            )
+            * z
+            + 0.2
+        )
+        * z
+        + 0.3333333333333333
+    ) * z  # sum_{k>=1} z^k / (2k+1), k <= 11
     fe = float(e) - (52.0 if tiny else 0.0)
     value = fe * LN2_HI + (2.0 * s * y + fe * LN2_LO + 2.0 * s)
     if x > 0.0 and x < math.inf:

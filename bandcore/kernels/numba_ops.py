@@ -64,3 +64,8 @@ def logical_not(a):
 @njit(**_JIT)
 def all_true(a):
     return a
+
+
+@njit(**_JIT)
+def floor_int(x):
+    return int(math.floor(x))

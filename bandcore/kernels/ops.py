@@ -9,7 +9,7 @@ with these names, and bound to one of:
 * :mod:`.numba_ops` / :mod:`.numba_fast_ops` — scalars inside Numba-compiled code (``where`` is a select).
 
 Names: ``exp log log1p expm1 sqrt abs where minimum maximum logaddexp isfinite isnan logical_and logical_or
-logical_not all_true inf nan``.  ``all_true(mask)`` lets a loop stop early where that costs no host
+logical_not all_true floor_int inf nan``.  ``all_true(mask)`` lets a loop stop early where that costs no host
 synchronisation (NumPy, Numba); on torch it is always False, so loops run their full, proven length.
 """
 
@@ -45,6 +45,7 @@ numpy_ops = SimpleNamespace(
     logical_or=np.logical_or,
     logical_not=np.logical_not,
     all_true=_numpy_all,
+    floor_int=lambda x: np.floor(x).astype(np.int64),
     inf=math.inf,
     nan=math.nan,
     name="numpy",
@@ -99,6 +100,7 @@ def torch_ops() -> SimpleNamespace:
         logical_or=torch.logical_or,
         logical_not=torch.logical_not,
         all_true=lambda mask: False,  # no host synchronisation: loops run their full length
+        floor_int=lambda x: torch.floor(x).long(),
         inf=math.inf,
         nan=math.nan,
         name="torch",

@@ -214,7 +214,7 @@ def upper_root(lp, lq, delta):
     return log_r, log_s, saturated, done
 
 
-def generic_bounds(lp, delta, lower_at_one):
+def generic_bounds(lp, delta, lower_at_one, seed=None):
     """(log r_lo, log r_up, status) of the Band for any generator (module docstring)."""
     lps, lq = _regular(lp)
     log_r, _, up_saturated, up_done = upper_root(lps, lq, delta)
@@ -275,11 +275,15 @@ def kl_upper_root(lp, lq, delta):
     return log_r, log_s
 
 
-def kl_bounds(lp, delta, lower_at_one):
+def kl_bounds(lp, delta, lower_at_one, seed=None):
     """(log r_lo, log r_up, status) of the KL Band (module docstring)."""
     lps, lq = _regular(lp)
     log_r, _ = kl_upper_root(lps, lq, delta)
     _, log_s = kl_upper_root(lq, lps, delta)  # mirror: log r_lo = log s'
+    return _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one)
+
+
+def _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one):
     # log r_lo <= -delta/p: below -DBL_MAX (so -inf, correctly rounded) once log p < log(delta) - log(DBL_MAX)
     log_s = xp.where(lps < xp.log(delta) - 709.782712893384, -xp.inf, log_s)
     # 1 - p < e^-700: r_up = 1/p to the last bit (KL: 1/p - r_up ~ e^{-delta/(1-p)}/p)
@@ -288,12 +292,65 @@ def kl_bounds(lp, delta, lower_at_one):
     return finish(lp, log_s, upper, status, lower_at_one)
 
 
+def kl_table_start(theta, seed):
+    """Cubic Hermite interpolant of log w(logit p), w = 1/(e^d - 1) at the upper root, from the start table
+    ``seed = (theta0, step, values, slopes)``; NaN outside the table or where it overflowed."""
+    theta0, step, values, slopes = seed
+    position = (theta - theta0) / step
+    last = len(values) - 2
+    j = xp.floor_int(xp.minimum(xp.maximum(position, 0.0), last))
+    t = position - j
+    t2 = t * t
+    t3 = t2 * t
+    value = ((2 * t3 - 3 * t2 + 1) * values[j] + (t3 - 2 * t2 + t) * step * slopes[j]
+             + (-2 * t3 + 3 * t2) * values[j + 1] + (t3 - t2) * step * slopes[j + 1])
+    return xp.where(xp.logical_and(position >= 0.0, position < last + 1), value, xp.nan)
+
+
+def kl_polish(lp, p, pc, log_w, delta):
+    """(log r, log s) at the root from a start log w within ~1e-7 of it: one Halley correction in d, applied to
+    log r and log s through their Taylor expansions (d log r/dd = 1-q, d log s/dd = -q, both second
+    derivatives -q(1-q)): the cells are evaluated once."""
+    den = p + xp.exp(log_w)  # (1 + pE)/E
+    x = pc / den  # r - 1
+    log_r = xp.log1p(x)
+    z = lp - log_w  # log(pE)
+    far = -p / den < -0.5
+    log_s = xp.where(far, -(z + xp.log1p(xp.exp(-z))), xp.log1p(-p / den))  # -log(1 + pE)
+    s = xp.where(far, xp.exp(log_s), 1.0 - p / den)
+    h = p * phi(x, log_r) + pc * phi(s - 1.0, log_s) - delta
+    one_minus_q = pc * s
+    q = 1.0 - one_minus_q
+    g2 = q * one_minus_q  # G''
+    newton = h / (p * x)
+    curvature = newton * (g2 / (p * x))  # h G''/G'^2 without underflowing G'^2
+    halley = xp.logical_and(curvature >= 0.0, curvature <= 1.0)
+    shift = -xp.where(halley, newton / (1.0 - 0.5 * curvature), newton)
+    half_square = 0.5 * (g2 * shift) * shift
+    return log_r + one_minus_q * shift - half_square, log_s - q * shift - half_square
+
+
+def kl_seeded_bounds(lp, delta, lower_at_one, seed):
+    """:func:`kl_bounds` with each root started from the δ's start table and finished by one Halley step; the
+    Halley iteration from the outer start takes over outside the table (scalar backends skip it elsewhere)."""
+    lps, lq = _regular(lp)
+    p = xp.exp(lps)
+    pc = xp.exp(lq)
+    log_w_up = kl_table_start(lps - lq, seed)
+    log_w_lo = kl_table_start(lq - lps, seed)  # mirror: the upper root at logit -theta
+    seeded_up = xp.logical_and(xp.isfinite(log_w_up), lps >= LOG_P_TINY)
+    seeded_lo = xp.logical_and(xp.isfinite(log_w_lo), lq >= LOG_P_TINY)
+    log_r = xp.where(seeded_up, kl_polish(lps, p, pc, log_w_up, delta)[0], kl_upper_root(lps, lq, delta)[0])
+    log_s = xp.where(seeded_lo, kl_polish(lq, pc, p, log_w_lo, delta)[1], kl_upper_root(lq, lps, delta)[1])
+    return _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Closed forms: total variation and Pearson chi^2
 # ------------------------------------------------------------------------------------------------------------
 
 
-def tv_bounds(lp, delta, lower_at_one):
+def tv_bounds(lp, delta, lower_at_one, seed=None):
     """TV, g = p|r - 1|: r = 1 ± delta/p; upper saturates iff delta >= 1 - p, lower iff delta >= p."""
     lps = xp.minimum(lp, 0.0)
     p = xp.exp(lps)
@@ -311,7 +368,7 @@ def tv_bounds(lp, delta, lower_at_one):
     return finish(lp, lower, upper, status, lower_at_one)
 
 
-def pearson_bounds(lp, delta, lower_at_one):
+def pearson_bounds(lp, delta, lower_at_one, seed=None):
     """Pearson, g = p(r-1)^2/(1-p): r = 1 ± t, t = sqrt(delta(1-p)/p); saturated iff delta p >= 1 - p (upper),
     delta(1 - p) >= p (lower).  log t = (log delta + log(1-p) - log p)/2: no overflow for any finite log p."""
     lps = xp.minimum(lp, 0.0)
@@ -331,4 +388,5 @@ def pearson_bounds(lp, delta, lower_at_one):
 
 
 #: kind -> bounds function name (the entry points of a bound instance)
-ENTRY_POINTS = {"generic": "generic_bounds", "kl": "kl_bounds", "tv": "tv_bounds", "pearson": "pearson_bounds"}
+ENTRY_POINTS = {"generic": "generic_bounds", "kl": "kl_bounds", "tv": "tv_bounds", "pearson": "pearson_bounds",
+                "kl_seeded": "kl_seeded_bounds"}
