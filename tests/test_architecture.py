@@ -55,7 +55,8 @@ def test_submodule_import_keeps_the_public_functions():
     assert bc.band is importlib.import_module("bandcore.band").band
 
 
-SPELLINGS = ["kl", "BandKL", "alpha(0.5)", "alpha(alpha=0.5)", "(u-1)**4", "where(u < 1, (u-1)**2, 2*(u-1)**2)"]
+SPELLINGS = ["kl", "BandKL", "alpha(0.5)", "alpha(alpha=0.5)", "(u-1)**4", "where(u < 1, (u-1)**2, 2*(u-1)**2)",
+             "(u-1)**2 + cosh(u-1) - 1"]
 
 
 @pytest.mark.parametrize("spelling", SPELLINGS)

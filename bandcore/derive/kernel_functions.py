@@ -38,8 +38,10 @@ from functools import lru_cache
 
 import sympy as sp
 
-from ..divergences import Divergence, resolve
-from .symbolic import U, facts, on_side
+from ..divergences import Divergence, GeneratorError, resolve
+from .budget import BudgetExceeded, time_limit
+from .mpmath_g import checked_facts
+from .symbolic import U, on_side
 
 __all__ = ["TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generator_functions", "side_callables"]
 
@@ -274,11 +276,29 @@ def _to_float(value: sp.Expr) -> float:
     return float(sp.N(value, 30))
 
 
+#: Time budget for generating the solver functions of one generator (factor, series, limits).
+CODEGEN_SECONDS = 30.0
+
+
 @lru_cache(maxsize=128)
 def generator_functions(divergence: str | Divergence) -> GeneratorFunctions:
-    """Build (and cache per divergence) the numeric functions of :class:`GeneratorFunctions`."""
+    """Build (and cache per divergence) the numeric functions of :class:`GeneratorFunctions`.
+
+    Runs under a time budget (:data:`CODEGEN_SECONDS`): a generator whose functions SymPy cannot produce in
+    time, or that is nested too deeply for it, is refused with a :class:`GeneratorError` instead of hanging."""
     div = resolve(divergence)
-    known = facts(div)
+    what = f"{div.name}: SymPy could not generate the solver functions of this generator"
+    try:
+        with time_limit(CODEGEN_SECONDS):
+            return _generator_functions(div)
+    except BudgetExceeded:
+        raise GeneratorError(f"{what} within {CODEGEN_SECONDS:g} s (too complex)") from None
+    except RecursionError:
+        raise GeneratorError(f"{what}: it is nested too deeply") from None
+
+
+def _generator_functions(div: Divergence) -> GeneratorFunctions:
+    known = checked_facts(div)
     f = known.f_normalised
     df = sp.diff(f, U)
     xs_pos = sp.Symbol("xs", positive=True)
@@ -305,7 +325,8 @@ def generator_functions(divergence: str | Divergence) -> GeneratorFunctions:
 
 def _side_callable(fn: SideFunction, xp) -> Callable:
     """``fn`` as an element-wise function of (x, L, u) in the namespace ``xp`` (see bandcore.kernels.ops)."""
-    names = {"exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "Abs": xp.abs, "pi": math.pi, "E": math.e}
+    names = {"exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "Abs": xp.abs, "pi": math.pi, "E": math.e,
+             **{name: getattr(xp, name) for name in ("sinh", "cosh", "tanh", "asinh", "acosh", "atanh")}}
     closed = sp.lambdify((X, L, UU), fn.closed, modules=[names], cse=True)
     taylor = None if fn.taylor is None else sp.lambdify(X, fn.taylor, modules=[names])
     far = None if fn.far is None else sp.lambdify((T, Y, L), fn.far, modules=[names], cse=True)

@@ -52,11 +52,11 @@ def solver_kind(divergence: Divergence) -> str:
         return divergence.name
     if divergence.name.startswith("alpha(") and divergence.is_catalogue:
         return "kl" if divergence.params == (("alpha", 0.0),) else "generic"
-    from ..derive.symbolic import facts  # a user formula: compare normalised generators exactly
+    from ..derive.mpmath_g import checked_facts  # a user formula: compare normalised generators exactly
 
-    mine = facts(divergence).f_normalised
+    mine = checked_facts(divergence).f_normalised
     for kind in _NORMALISED:
-        if (mine - facts(resolve(kind)).f_normalised).equals(0):
+        if (mine - checked_facts(resolve(kind)).f_normalised).equals(0):
             return kind
     return "generic"
 

@@ -68,4 +68,4 @@ def all_true(a):
 
 @njit(**_JIT)
 def floor_int(x):
-    return int(math.floor(x))
+    return math.floor(x)  # an int64 in Numba

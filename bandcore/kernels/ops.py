@@ -9,7 +9,8 @@ with these names, and bound to one of:
 * :mod:`.numba_ops` / :mod:`.numba_fast_ops` — scalars inside Numba-compiled code (``where`` is a select).
 
 Names: ``exp log log1p expm1 sqrt abs where minimum maximum logaddexp isfinite isnan logical_and logical_or
-logical_not all_true floor_int inf nan``.  ``all_true(mask)`` lets a loop stop early where that costs no host
+logical_not all_true floor_int inf nan`` and, for generated generator functions, the hyperbolic
+functions ``sinh cosh tanh asinh acosh atanh``.  ``all_true(mask)`` lets a loop stop early where that costs no host
 synchronisation (NumPy, Numba); on torch it is always False, so loops run their full, proven length.
 """
 
@@ -46,6 +47,12 @@ numpy_ops = SimpleNamespace(
     logical_not=np.logical_not,
     all_true=_numpy_all,
     floor_int=lambda x: np.floor(x).astype(np.int64),
+    sinh=np.sinh,
+    cosh=np.cosh,
+    tanh=np.tanh,
+    asinh=np.arcsinh,
+    acosh=np.arccosh,
+    atanh=np.arctanh,
     inf=math.inf,
     nan=math.nan,
     name="numpy",
@@ -101,6 +108,12 @@ def torch_ops() -> SimpleNamespace:
         logical_not=torch.logical_not,
         all_true=lambda mask: False,  # no host synchronisation: loops run their full length
         floor_int=lambda x: torch.floor(x).long(),
+        sinh=lift(torch.sinh, math.sinh),
+        cosh=lift(torch.cosh, math.cosh),
+        tanh=lift(torch.tanh, math.tanh),
+        asinh=lift(torch.asinh, math.asinh),
+        acosh=lift(torch.acosh, math.acosh),
+        atanh=lift(torch.atanh, math.atanh),
         inf=math.inf,
         nan=math.nan,
         name="torch",
