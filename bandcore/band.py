@@ -21,7 +21,8 @@ Numerical contract (tested against the 50-digit oracle :mod:`bandcore.oracle`):
   :math:`\epsilon` moves it by about :math:`\epsilon\,p/|p - p^*|` relatively, so at relative distance
   :math:`\eta = |p - p^*|/p^*` the error may reach about :math:`64\,\epsilon/\eta` (tested at
   :math:`\eta = 10^{-6}, 10^{-8}, 10^{-10}` on every backend).  Every token converges within the solver's
-  iteration budget; one that did not would carry status ``NOT_CONVERGED`` instead of a silent value.
+  iteration budget.  A bound the solver cannot certify as a root (e.g. a user generator that overflows
+  float64 far out, such as ``cosh``) is NaN with status ``NOT_CONVERGED``: never a silent value.
 * fp32 / fp16 / bf16 inputs are computed in fp64 and rounded once to the input dtype (also on GPU: the torch
   backend always computes in float64, whose error there is the fp64 error above).
 * :math:`\log p = 0` (p = 1): :math:`\log r_{up} = 0` and :math:`r_{lo}` is the limit :math:`p \to 1` under the

@@ -24,8 +24,9 @@ local model best predicts the previous point, kept inside the bracket of inside/
 and required to halve the step once bracketed, else a (geometric) bisection.  A token is converged when a
 step is below ``STEP_TOLERANCE`` relative (quadratic convergence then leaves ~1e-20) or the bracket is one
 ulp wide.  The bisection halves the bracket's exponent range, so every token converges within
-``MAX_ITERATIONS`` (the tests check it on points 1e-10 from every saturation threshold); a token that did
-not gets status ``NOT_CONVERGED``.
+``MAX_ITERATIONS`` (the tests check it on points 1e-10 from every saturation threshold).  A root must also
+satisfy G(d) = δ to 1e-6 relative; a token that does not (its iteration ran out, or its bracket closed on an
+overflow of f) gets NaN and status ``NOT_CONVERGED``, never a silent value.
 
 **KL** (:func:`kl_bounds`, f = −log u): :math:`G(d) = \mathrm{kl}(p, q) = p\varphi(x) + (1-p)\varphi(y)`,
 :math:`\varphi(x) = x - \log(1+x)`, :math:`G' = q - p`, :math:`G'' = q(1-q)`.  :math:`G` is convex, so
@@ -210,6 +211,9 @@ def upper_root(lp, lq, delta):
         done = xp.logical_or(done, converged)
         if xp.all_true(done):
             break
+    # a root is a root: G(d) = delta to 1e-6 relative (a bracket that closed on an overflow is not converged)
+    g, _ = g_and_slope(lp, lq, p, pc, d)
+    done = xp.logical_or(saturated, xp.logical_and(done, xp.abs(g - delta) <= 1e-6 * delta))
     _, log_r, _, _, log_s, _, _ = cells(lp, lq, p, pc, d)
     return log_r, log_s, saturated, done
 
@@ -225,6 +229,8 @@ def generic_bounds(lp, delta, lower_at_one, seed=None):
     lower = xp.where(lo_saturated, -xp.inf, log_s)
     status = xp.where(xp.logical_or(up_saturated, lo_saturated), SATURATED, CONVERGED)
     status = xp.where(xp.logical_and(up_done, lo_done), status, NOT_CONVERGED)
+    upper = xp.where(up_done, upper, xp.nan)  # never a silent value: NaN and status NOT_CONVERGED
+    lower = xp.where(lo_done, lower, xp.nan)
     return finish(lp, lower, upper, status, lower_at_one)
 
 
