@@ -195,7 +195,8 @@ def upper_root(lp, lq, delta):
     """(log r, log s, saturated, converged) at the upper root of each token (lp, lq)."""
     p = xp.exp(lp)
     pc = xp.exp(lq)
-    saturated = g_at_infinity(lp, lq, pc) <= delta
+    g_infinity = g_at_infinity(lp, lq, pc)
+    saturated = g_infinity <= delta
     d = start(p, pc, lp, lq, delta)
     lo = d * 0.0
     hi = lo + D_MAX
@@ -213,7 +214,12 @@ def upper_root(lp, lq, delta):
             break
     # a root is a root: G(d) = delta to 1e-6 relative (a bracket that closed on an overflow is not converged)
     g, _ = g_and_slope(lp, lq, p, pc, d)
-    done = xp.logical_or(saturated, xp.logical_and(done, xp.abs(g - delta) <= 1e-6 * delta))
+    root = xp.logical_and(done, xp.abs(g - delta) <= 1e-6 * delta)
+    # p on its saturation threshold to rounding (G(inf) = delta): the root runs off to the boundary; the
+    # saturated value is the answer there
+    edge = xp.logical_and(xp.logical_not(root), xp.abs(g_infinity - delta) <= 1e-9 * delta)
+    saturated = xp.logical_or(saturated, edge)
+    done = xp.logical_or(saturated, root)
     _, log_r, _, _, log_s, _, _ = cells(lp, lq, p, pc, d)
     return log_r, log_s, saturated, done
 
