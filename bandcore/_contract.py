@@ -30,16 +30,13 @@ __all__ = [
     "DELTA_MIN",
     "LOG_P_TOLERANCE",
     "BandcoreError",
-    "MissingDependencyError",
     "Status",
     "check_backend",
     "check_delta",
     "check_in_choices",
     "check_log_prob_array",
     "check_positive_int",
-    "check_probability",
     "is_torch_tensor",
-    "require",
 ]
 
 #: log p in (0, LOG_P_TOLERANCE] is rounding noise of a log-softmax and is read as 0 (p = 1); larger values are
@@ -58,10 +55,6 @@ class BandcoreError(Exception):
     """A failure that is not the caller's usage error (a missing file, an uncertifiable table, ...)."""
 
 
-class MissingDependencyError(ImportError):
-    """An optional dependency is not installed; the message names the extra that installs it."""
-
-
 class Status(IntEnum):
     """Per-element outcome of a Band evaluation (see the module docstring)."""
 
@@ -69,16 +62,6 @@ class Status(IntEnum):
     SATURATED = 1
     NOT_CONVERGED = -2
     INVALID_INPUT = -3
-
-
-def require(module: str, extra: str) -> Any:
-    """Import ``module`` or raise :class:`MissingDependencyError` naming ``pip install 'bandcore[extra]'``."""
-    try:
-        return __import__(module, fromlist=["_"])
-    except ImportError as err:
-        raise MissingDependencyError(
-            f"{module} is not installed; install it with: pip install 'bandcore[{extra}]' ({err})"
-        ) from None
 
 
 def is_torch_tensor(x: Any) -> bool:
@@ -102,14 +85,6 @@ def check_delta(delta: Any, name: str = "delta") -> float:
     value = _real_scalar(delta, name)
     if not (math.isfinite(value) and DELTA_MIN < value <= DELTA_MAX):
         raise ValueError(f"{name} must be finite with 0 < {name} <= {DELTA_MAX:g}, got {name}={value!r}")
-    return value
-
-
-def check_probability(p: Any, name: str = "p") -> float:
-    """A probability in (0, 1] as a float."""
-    value = _real_scalar(p, name)
-    if not (0.0 < value <= 1.0):
-        raise ValueError(f"{name} must lie in (0, 1], got {name}={value!r}")
     return value
 
 

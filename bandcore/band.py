@@ -46,7 +46,6 @@ import numpy as np
 
 from ._contract import (
     LOG_P_TOLERANCE,
-    Status,
     above_tolerance_error,
     check_backend,
     check_delta,
@@ -234,5 +233,3 @@ def band(
     """
     return _compute(old_log_prob, divergence, delta, backend, check, True, return_status)
 
-
-Status = Status  # re-exported: the per-element status codes

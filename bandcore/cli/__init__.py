@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from importlib import import_module
 
-from .._contract import BandcoreError, MissingDependencyError
+from .._contract import BandcoreError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bandcore {command}: error: {name or err} is not installed; install it with: "
               f"pip install 'bandcore[{extra}]'", file=sys.stderr)
         return 2
-    except (MissingDependencyError, ValueError, TypeError) as err:
+    except (ValueError, TypeError) as err:
         if debug:
             raise
         print(f"bandcore {command}: error: {_one_line(err)}", file=sys.stderr)

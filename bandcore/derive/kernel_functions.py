@@ -38,9 +38,8 @@ from functools import lru_cache
 
 import sympy as sp
 
-from ..divergences import Divergence, GeneratorError, resolve
-from .budget import BudgetExceeded, time_limit
-from .mpmath_g import checked_facts
+from ..divergences import Divergence, resolve
+from .mpmath_g import checked_facts, refuse_unless_done
 from .symbolic import U, on_side
 
 __all__ = ["TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generator_functions", "side_callables"]
@@ -288,13 +287,7 @@ def generator_functions(divergence: str | Divergence) -> GeneratorFunctions:
     time, or that is nested too deeply for it, is refused with a :class:`GeneratorError` instead of hanging."""
     div = resolve(divergence)
     what = f"{div.name}: SymPy could not generate the solver functions of this generator"
-    try:
-        with time_limit(CODEGEN_SECONDS):
-            return _generator_functions(div)
-    except BudgetExceeded:
-        raise GeneratorError(f"{what} within {CODEGEN_SECONDS:g} s (too complex)") from None
-    except RecursionError:
-        raise GeneratorError(f"{what}: it is nested too deeply") from None
+    return refuse_unless_done(lambda: _generator_functions(div), CODEGEN_SECONDS, what)
 
 
 def _generator_functions(div: Divergence) -> GeneratorFunctions:

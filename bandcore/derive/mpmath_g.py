@@ -38,37 +38,48 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .symbolic import Facts
 
-__all__ = ["FACTS_SECONDS", "MpGenerator", "checked_facts", "g_boundary", "g_mp", "g_ratio", "mp_generator"]
+__all__ = [
+    "FACTS_SECONDS",
+    "MpGenerator",
+    "checked_facts",
+    "g_boundary",
+    "g_mp",
+    "g_ratio",
+    "mp_generator",
+    "refuse_unless_done",
+]
 
 #: Time budget of the exact facts of one generator (f'(1), f̃, f̃(0⁺), σ∞, derivatives at 1).
 FACTS_SECONDS = 20.0
 _CONSTANT_DPS = 80
 
 
-def checked_facts(divergence: str | Divergence, seconds: float = FACTS_SECONDS) -> Facts:
-    """:func:`~bandcore.derive.symbolic.facts` under a time budget.
-
-    Raises :class:`~bandcore.divergences.GeneratorError` when SymPy does not finish within ``seconds`` (or the
-    overall :func:`~bandcore.derive.budget.deadline`), fails on the expression, or finds it too deeply nested:
-    the generator is then refused rather than left to hang.
-    """
-    from .symbolic import facts  # SymPy is loaded on first use only: importing this module stays light
-
-    div = resolve(divergence)
-    what = "SymPy could not derive f'(1), f̃(0+) and lim f̃(u)/u of this generator"
+def refuse_unless_done(fn: Callable[[], Any], seconds: float, what: str) -> Any:
+    """``fn()`` under a time budget, or a :class:`~bandcore.divergences.GeneratorError` saying ``what`` could not be
+    done: when SymPy runs past ``seconds`` (or the overall :func:`~bandcore.derive.budget.deadline`), fails on the
+    expression, or finds it too deeply nested.  The generator is then refused rather than left to hang."""
     try:
         with time_limit(seconds):
-            return facts(div)
+            return fn()
     except BudgetExceeded:
-        raise GeneratorError(f"{div.name}: {what} within {seconds:g} s (too complex)") from None
+        raise GeneratorError(f"{what} within {seconds:g} s (too complex)") from None
     except RecursionError:
-        raise GeneratorError(f"{div.name}: {what}: it is nested too deeply for the symbolic engine") from None
+        raise GeneratorError(f"{what}: it is nested too deeply for the symbolic engine") from None
     except Exception as err:  # SymPy's own errors too (PolynomialError, ...); a bug of ours is re-raised
         if isinstance(err, (ArithmeticError, LookupError, NotImplementedError, TypeError, ValueError)) or type(
             err
         ).__module__.startswith("sympy"):
-            raise GeneratorError(f"{div.name}: {what} ({type(err).__name__}: {err})") from None
+            raise GeneratorError(f"{what} ({type(err).__name__}: {err})") from None
         raise
+
+
+def checked_facts(divergence: str | Divergence, seconds: float = FACTS_SECONDS) -> Facts:
+    """:func:`~bandcore.derive.symbolic.facts` under a time budget (:func:`refuse_unless_done`)."""
+    from .symbolic import facts  # SymPy is loaded on first use only: importing this module stays light
+
+    div = resolve(divergence)
+    what = f"{div.name}: SymPy could not derive f'(1), f̃(0+) and lim f̃(u)/u of this generator"
+    return refuse_unless_done(lambda: facts(div), seconds, what)
 
 
 @dataclass(frozen=True)
