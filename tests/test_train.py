@@ -10,11 +10,13 @@ import pytest
 import torch
 
 from bandcore.cli import build_parser, main
+from bandcore.rl.toy.buckets import P_BUCKETS, bucket_masks, bucket_metrics, clipped_by_bucket
 from bandcore.rl.toy.compare import compare, summarise
 from bandcore.rl.toy.config import TrainConfig
 from bandcore.rl.toy.model import build_tiny_policy
 from bandcore.rl.toy.rollout import completion_log_probs, completion_mask, group_advantages, sample
-from bandcore.rl.toy.train import CHECKPOINT_FILE, METRICS_FILE, TIMING_FIELDS, read_metrics, run
+from bandcore.rl.toy.stats import t_quantile
+from bandcore.rl.toy.train import CHECKPOINT_FILE, METRICS_FILE, TIMING_FIELDS, deterministic_state, read_metrics, run
 
 #: A micro budget: seconds on CPU.
 MICRO = {"steps": 4, "warmup_steps": 6, "habit_steps": 3, "warmup_batch": 16, "prompts_per_step": 2,
@@ -68,6 +70,12 @@ def test_a_few_steps_run_end_to_end_and_write_metrics(tmp_path):
         assert key in last, key
     # several updates per batch: the ratio moved away from 1 (the clip had something to do)
     assert max(line["final_abs_log_ratio"] for line in written[1:]) > 1e-3
+    # clip fractions by side and old-probability bucket: the buckets partition the tokens
+    for line in written[1:]:
+        assert sum(line[f"token_frac/{name}"] for name, _, _ in P_BUCKETS) == pytest.approx(1.0)
+        for name, _, _ in P_BUCKETS:
+            if line[f"token_frac/{name}"] > 0:
+                assert 0.0 <= line[f"clipfrac_low/{name}"] <= 1.0 and 0.0 <= line[f"clipfrac_high/{name}"] <= 1.0
     assert all(0.0 <= line["band_cost_frac"] for line in written[1:])
     state = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)  # state dicts and tensors only
     assert state["step"] == MICRO["steps"] and {"model", "optimizer", "data_rng", "sample_rng"} <= state.keys()
@@ -75,7 +83,9 @@ def test_a_few_steps_run_end_to_end_and_write_metrics(tmp_path):
 
 def test_same_seed_same_metrics_other_seed_other_metrics(tmp_path):
     config = TrainConfig(method="clip", **MICRO)
-    a = run(config, tmp_path / "a", progress=False)
+    before = deterministic_state()
+    a = run(config, tmp_path / "a", progress=False, threads=1)
+    assert deterministic_state() == before  # threads and deterministic mode restored after the run
     b = run(config, tmp_path / "b", progress=False)
     c = run(TrainConfig(method="clip", **{**MICRO, "seed": 1}), tmp_path / "c", progress=False)
     assert _without_timing(a) == _without_timing(b)
@@ -228,7 +238,8 @@ def test_compare_on_a_micro_budget_writes_summary_and_plots(tmp_path, capsys):
     assert set(summary["methods"]) == {"clip", "clip-higher", "band-kl"}
     for entry in summary["methods"].values():
         for key in ("reward", "entropy", "pass_at_k"):
-            assert set(entry[key]) == {"mean", "std", "per_seed"} and len(entry[key]["per_seed"]) == 2
+            assert set(entry[key]) == {"n", "mean", "std", "se", "ci", "ci_half_width", "per_seed"}
+            assert len(entry[key]["per_seed"]) == 2
     assert "band_cost_frac" in summary["methods"]["band-kl"]
     for key in ("reward_auc", "reward_early", "reward_mid", "reward_late", "entropy_early", "entropy_late"):
         assert len(summary["methods"]["clip"][key]["per_seed"]) == 2, key
@@ -242,7 +253,7 @@ def test_compare_on_a_micro_budget_writes_summary_and_plots(tmp_path, capsys):
     for stem in ("reward", "entropy", "clipfrac"):
         assert (out / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
-    assert "reward AUC" in printed and "band-kl - clip: reward AUC" in printed
+    assert printed.startswith((out / "summary.md").read_text()) and "| band-kl − clip |" in printed
     # --resume keeps the finished runs
     before = (out / "runs" / "clip" / "seed0" / METRICS_FILE).read_text()
     assert main(["train", "--compare", "--resume", "--out", str(out), "--seeds", "2", "--no-progress", *micro]) == 0
@@ -251,7 +262,7 @@ def test_compare_on_a_micro_budget_writes_summary_and_plots(tmp_path, capsys):
     files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     capsys.readouterr()
     assert main(["train", "--compare", "--out", str(out), "--seeds", "2", "--no-progress", *micro]) == 2
-    assert "already holds a comparison (summary.json, reward.png" in capsys.readouterr().err
+    assert "already holds a comparison (summary.json, summary.md, reward.png" in capsys.readouterr().err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files
     with pytest.raises(ValueError, match="set per method"):
         compare(tmp_path / "bad", overrides={"method": "band"}, seeds=1)
@@ -290,3 +301,85 @@ def test_summary_curve_metrics_and_paired_differences_by_hand():
     assert final["mean"] == pytest.approx(0.075) and final["t"] == pytest.approx(3.0)  # 0.075 / (0.0354 / √2)
     assert summary["regime"]["start_answer_prob"] == 0.05
     assert summary["regime"]["abs_log_ratio"]["clip"] == pytest.approx(0.2)
+
+
+def _comparable(summary):
+    """A summary without what measures wall-clock time or names the output directory."""
+    methods = {name: {k: v for k, v in entry.items() if k != "band_cost_frac"}
+               for name, entry in summary["methods"].items()}
+    return {**{k: v for k, v in summary.items() if k not in ("wall_time_s", "command")}, "methods": methods}
+
+
+def test_compare_quick_on_a_tiny_budget_gives_intervals_tables_and_identical_reruns(tmp_path, capsys):
+    micro = [*_cli_micro(), "--steps", "3"]
+    for name in ("a", "b"):
+        assert main(["train", "--compare", "--quick", "--out", str(tmp_path / name), "--seeds", "2",
+                     "--no-progress", *micro]) == 0
+    capsys.readouterr()
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    # the quick budget, overridden by the options: its regime's demo_correct stays, the steps are ours
+    assert summary["config"]["demo_correct"] == 0.03 and summary["config"]["steps"] == 3
+    assert summary["seeds"] == 2 and summary["ci_level"] == 0.95
+    assert summary["determinism"] == {"seeds": [0, 1], "torch_threads": 1, "deterministic_algorithms": "strict",
+                                      "torch_version": torch.__version__}
+    # the recorded command reproduces the comparison: it parses to the same options
+    from bandcore.cli.train import _given
+
+    words = summary["command"].split()
+    assert words[:3] == ["bandcore", "train", "--compare"]
+    typed = build_parser("train").parse_args(["train", "--compare", "--quick", "--out", str(tmp_path / "a"),
+                                              "--seeds", "2", *micro])
+    recorded = build_parser("train").parse_args(words[1:])
+    assert (recorded.quick, recorded.seeds, recorded.out, _given(recorded)) == (True, 2, str(tmp_path / "a"),
+                                                                                  _given(typed))
+    t = t_quantile(0.95, 1)
+    for name, entry in summary["methods"].items():
+        for key in ("reward", "pass_at_k", "entropy", "reward_auc"):
+            stat = entry[key]
+            values = stat["per_seed"]
+            assert stat["mean"] == pytest.approx(sum(values) / 2)
+            assert stat["se"] == pytest.approx(abs(values[0] - values[1]) / 2)  # s/sqrt(2) with n = 2
+            assert stat["ci_half_width"] == pytest.approx(t * stat["se"])
+            low, high = stat["ci"]
+            assert low <= stat["mean"] <= high, (name, key)
+    paired = summary["paired"]
+    assert paired["reference"] == "clip" and "clip" not in paired  # no difference of clip against itself
+    for name in ("clip-higher", "band-kl"):
+        for key in ("reward", "pass_at_k", "entropy", "reward_auc"):
+            diff = paired[name][key]
+            own, ref = summary["methods"][name][key]["per_seed"], summary["methods"]["clip"][key]["per_seed"]
+            assert diff["per_seed"] == pytest.approx([a - b for a, b in zip(own, ref, strict=True)])
+            assert diff["ahead"] == sum(a > b for a, b in zip(own, ref, strict=True))
+            if diff["ci"] is not None:
+                assert diff["ci"][0] <= diff["mean"] <= diff["ci"][1]
+    # summary.md: the command, one row per method with mean ± half-width, one row per paired difference
+    table = (tmp_path / "a" / "summary.md").read_text()
+    assert table.startswith(f"`{summary['command']}`")
+    reward = summary["methods"]["band-kl"]["reward"]
+    assert f"| band-kl | {reward['mean']:.3f} ± {reward['ci_half_width']:.3f} |" in table
+    assert "| band-kl − clip |" in table and "| clip-higher − clip |" in table and "| clip − clip |" not in table
+    # two identical runs of the comparison: identical numbers (wall-clock fields aside)
+    other = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert _comparable(summary) == _comparable(other)
+    assert table.splitlines()[1:] == (tmp_path / "b" / "summary.md").read_text().splitlines()[1:]
+
+
+def test_bucket_metrics_by_hand():
+    # one sequence of four tokens, old probabilities 0.005 / 0.05 / 0.3 / 0.9 (one per bucket), A = -1
+    old = torch.log(torch.tensor([[0.005, 0.05, 0.3, 0.9], [0.005, 0.05, 0.3, 0.9]]))
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]])
+    advantages = torch.tensor([-1.0, 2.0])
+    bucket = bucket_masks(old, mask)
+    assert bucket.sum(dim=(1, 2)).tolist() == [2.0, 2.0, 1.0, 1.0]
+    log_ratio = torch.tensor([[-3.0, -0.1, -0.5, 0.0], [1.0, 0.5, 9.0, 9.0]])
+    lower, upper = torch.full_like(old, -0.2), torch.full_like(old, 0.2)
+    counts = clipped_by_bucket(log_ratio, advantages, lower, upper, bucket)
+    # below: A < 0 and log r < -0.2 -> row 0 tokens 0 (p<0.01) and 2 (p 0.1-0.5); above: A > 0 and log r > 0.2
+    # -> row 1 tokens 0 and 1 (tokens 2, 3 are masked)
+    assert counts.tolist() == [[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]]
+    metrics = bucket_metrics(bucket, counts * 2, 2, log_ratio * mask, advantages)  # two passes, same clips
+    assert metrics["token_frac/p<0.01"] == pytest.approx(2 / 6) and metrics["token_frac/p>=0.5"] == pytest.approx(1 / 6)
+    assert metrics["clipfrac_low/p<0.01"] == 0.5 and metrics["clipfrac_high/p<0.01"] == 0.5
+    assert metrics["clipfrac_low/p0.1-0.5"] == 1.0 and metrics["clipfrac_high/p0.01-0.1"] == 0.5
+    assert metrics["final_log_ratio_neg/p<0.01"] == -3.0 and metrics["final_log_ratio_pos/p<0.01"] == 1.0
+    assert "final_log_ratio_pos/p>=0.5" not in metrics  # the masked token with A > 0 does not count

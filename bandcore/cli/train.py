@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output directory (metrics.jsonl, checkpoint.pt, plots)")
     p.add_argument("--compare", action="store_true", help="train clip, clip-higher and band-kl over several seeds")
     p.add_argument("--quick", action="store_true", help="with --compare: the small budget (a few minutes on CPU)")
-    p.add_argument("--seeds", type=int, help="with --compare: number of seeds (default 5)")
+    p.add_argument("--seeds", type=int, help="with --compare: number of seeds (default 10)")
     p.add_argument("--resume", action="store_true",
                    help="continue from OUT/checkpoint.pt (refused when there is none, unless --new-run)")
     p.add_argument("--new-run", action="store_true", dest="new_run",
@@ -127,17 +127,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     summary = compare(args.out, overrides=_given(args), seeds=args.seeds, quick=args.quick, resume=args.resume,
                       new_run=args.new_run, progress=not args.no_progress, threads=args.threads)
-    columns = {"reward": "reward", "entropy": "entropy", "pass_at_k": f"pass@{summary['eval_k']}",
-               "reward_auc": "reward AUC", "reward_early": "reward early", "entropy_late": "entropy late"}
-    print(f"{'method':<12} " + " ".join(f"{label:>15}" for label in columns.values()))
-    for name, entry in summary["methods"].items():
-        cells = [f"{entry[key]['mean']:.3f} ± {entry[key]['std']:.3f}" for key in columns]
-        print(f"{name:<12} " + " ".join(f"{cell:>15}" for cell in cells))
-    reference = summary["paired"]["reference"]
-    for name in summary["methods"]:
-        if name != reference:
-            auc = summary["paired"][name]["reward_auc"]
-            print(f"{name} - {reference}: reward AUC {auc['mean']:+.3f} ± {auc['std']:.3f}, ahead on "
-                  f"{auc['ahead']}/{summary['seeds']} seeds")
-    print(f"summary: {Path(args.out) / 'summary.json'} ({summary['wall_time_s']:.0f} s)")
+    print((Path(args.out) / "summary.md").read_text(), end="")
+    print(f"summary: {Path(args.out) / 'summary.json'}, {Path(args.out) / 'summary.md'} "
+          f"({summary['wall_time_s']:.0f} s)")
     return 0

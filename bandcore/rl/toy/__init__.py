@@ -6,7 +6,9 @@
 - :mod:`.model`: the policy (a tiny Llama built locally, or a local Hugging Face directory);
 - :mod:`.rollout`: sampling, log-probabilities, advantages, warm-up and evaluation;
 - :mod:`.train`: one RL step and a whole run (:func:`run`), checkpoints, resume;
-- :mod:`.compare`: clip / clip-higher / band-kl over several seeds, the summary and the plots.
+- :mod:`.buckets`: clip fractions by side and old-probability bucket (training metrics);
+- :mod:`.stats`: means with Student-t intervals and paired differences over seeds;
+- :mod:`.compare`: clip / clip-higher / band-kl over several seeds, the summary, its table and the plots.
 
 ``compare`` imports ``train``, never the reverse.  Importing this package imports nothing; the names below are
 loaded on first use.

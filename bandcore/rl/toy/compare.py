@@ -9,12 +9,16 @@ policy, same random streams), so the methods differ only in their ratio bounds:
 
 Writes ``DIR/runs/<method>/seed<k>/metrics.jsonl``, ``DIR/summary.json`` (per method the final evaluation and
 the curve metrics -- area under the reward curve, reward and entropy over the first / middle / last third of
-the steps -- as mean, standard deviation and per-seed values; per-seed differences from ``clip`` with the
-paired t statistic; the regime: how rare the rewarded answer starts, how far the ratio moves) and
-``DIR/reward.png``, ``DIR/entropy.png``, ``DIR/clipfrac.png`` (mean ± one standard deviation over seeds
-against the RL step).  ``--resume`` skips finished runs, continues interrupted ones and starts the missing ones;
-an output directory that already holds a comparison is refused unless ``--resume`` or ``--new-run`` (which
-replaces it) is given, and that is checked for every run before the first one starts.
+the steps -- as mean, standard deviation, standard error, 95 % Student-t interval and per-seed values; per-seed
+differences from ``clip`` with the paired t interval, seeds ahead, t and p (:mod:`.stats`); the regime: how rare
+the rewarded answer starts, how far the ratio moves; the command, torch threads and deterministic mode),
+``DIR/summary.md`` (the table of the README and docs/results.md, :func:`render_markdown`) and ``DIR/reward.png``,
+``DIR/entropy.png``, ``DIR/clipfrac.png`` (mean and its 95 % interval over seeds against the RL step).
+Runs are deterministic on one machine: fixed seeds, a fixed torch thread count and
+``torch.use_deterministic_algorithms`` (:func:`.train.run`).  ``--resume`` skips finished runs, continues
+interrupted ones and starts the missing ones (and rewrites the summary); an output directory that already holds
+a comparison is refused unless ``--resume`` or ``--new-run`` (which replaces it) is given, and that is checked
+for every run before the first one starts.
 """
 
 from __future__ import annotations
@@ -28,9 +32,10 @@ from typing import Any
 import numpy as np
 
 from .config import TrainConfig
+from .stats import CI_LEVEL, format_diff, format_mean, mean_ci, paired_difference, t_quantile
 from .train import CHECKPOINT_FILE, METRICS_FILE, RUN_FILES, WARMUP_FILE, read_metrics, run
 
-__all__ = ["BUDGETS", "METHOD_PRESETS", "compare", "plot_curves", "summarise"]
+__all__ = ["BUDGETS", "METHOD_PRESETS", "compare", "plot_curves", "render_markdown", "summarise"]
 
 #: The three methods of the toy reproduction: name -> loss settings (TrainConfig fields).
 METHOD_PRESETS: dict[str, dict[str, Any]] = {
@@ -39,7 +44,7 @@ METHOD_PRESETS: dict[str, dict[str, Any]] = {
     "band-kl": {"method": "band", "divergence": "kl", "delta": 0.05},
 }
 #: Files of a comparison's output directory (besides runs/).
-SUMMARY_FILES = ("summary.json", "reward.png", "entropy.png", "clipfrac.png")
+SUMMARY_FILES = ("summary.json", "summary.md", "reward.png", "entropy.png", "clipfrac.png")
 
 #: The regime of ``--compare`` (README, "Train: the toy reproduction"): the reversal starts rare (3 % of the
 #: habit-phase demonstrations, π(answer) ≈ 0.01 after the warm-up) and 8 passes × 2 minibatches = 16 Adam
@@ -51,7 +56,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
     "full": {**REGIME, "steps": 80},
 }
 #: Seeds of each budget when ``seeds`` is not given.
-SEEDS = {"quick": 5, "full": 5}
+SEEDS = {"quick": 10, "full": 10}
 
 #: Final-evaluation fields reported in summary.json (name in the summary -> metrics field).
 SUMMARY_FIELDS = {
@@ -76,6 +81,9 @@ CURVES = {
     "entropy": ("entropy", "mean token entropy (nat)"),
     "clipfrac": ("clipfrac", "fraction of tokens clipped"),
 }
+#: Columns of summary.md: summary key -> header (``{k}``: eval_k).
+TABLE_COLUMNS = {"reward": "final reward", "pass_at_k": "pass@{k}", "entropy": "final entropy (nat)",
+                 "entropy_late": "entropy, last third", "reward_auc": "reward AUC"}
 
 
 def compare(out: str | Path, *, overrides: dict[str, Any] | None = None, seeds: int | None = None,
@@ -88,17 +96,20 @@ def compare(out: str | Path, *, overrides: dict[str, Any] | None = None, seeds: 
     out : output directory.
     overrides : :class:`TrainConfig` fields that replace the budget's (e.g. ``{"steps": 5}``); the loss fields
         (method, divergence, delta, clip_eps, clip_eps_high) are set per method and may not be given.
-    seeds : number of seeds (``seed``, ``seed + 1``, ...), at least 1 (3 or more for a spread worth quoting);
-        default :data:`SEEDS` of the budget.
+    seeds : number of seeds (``seed``, ``seed + 1``, ...), at least 1 (2 or more for an interval; 10 or more for
+        one worth quoting); default :data:`SEEDS` of the budget.
     quick : use the ``quick`` budget instead of ``full``.
     resume : keep finished runs, continue unfinished ones, start missing ones.
     new_run : replace a comparison already in ``out`` (without it, and without ``resume``, one is refused).
+    progress : show a progress bar.
+    threads : torch CPU threads of every run (recorded in the summary); ``None`` keeps torch's setting.
 
     Returns
     -------
     The summary (also written to ``out/summary.json``).
     """
     budget = "quick" if quick else "full"
+    command = _command(out, quick, seeds, overrides, threads)
     seeds = SEEDS[budget] if seeds is None else seeds
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"seeds: must be a positive integer, got {seeds!r}")
@@ -134,10 +145,33 @@ def compare(out: str | Path, *, overrides: dict[str, Any] | None = None, seeds: 
         bar.close()
 
     summary = summarise(runs, base, seeds)
+    import torch
+
+    summary["command"] = command
+    summary["determinism"] = {
+        "seeds": [base.seed + k for k in range(seeds)],
+        "torch_threads": torch.get_num_threads() if threads is None else threads,
+        "deterministic_algorithms": "strict" if base.device == "cpu" else "warn_only",
+        "torch_version": torch.__version__,
+    }
     summary["wall_time_s"] = time.perf_counter() - started
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.md").write_text(render_markdown(summary))
     plot_curves(runs, out)
     return summary
+
+
+def _command(out: str | Path, quick: bool, seeds: int | None, overrides: dict[str, Any] | None,
+             threads: int | None) -> str:
+    """The ``bandcore train --compare`` command line that reproduces this comparison."""
+    words = ["bandcore", "train", "--compare", *(["--quick"] if quick else []), "--out", str(out)]
+    if seeds is not None:
+        words += ["--seeds", str(seeds)]
+    if threads != 1:
+        words += ["--threads", str(threads)]
+    for key, value in (overrides or {}).items():
+        words += ["--" + key.replace("_", "-"), "none" if value is None else str(value)]
+    return " ".join(words)
 
 
 def _check_out(out: Path, directories: list[Path], resume: bool, new_run: bool) -> None:
@@ -166,14 +200,8 @@ def _finished(directory: Path, steps: int) -> bool:
     return bool(lines) and lines[-1]["step"] == steps and "eval_reward" in lines[-1]
 
 
-def _spread(values: list[float]) -> dict[str, Any]:
-    array = np.asarray(values, dtype=np.float64)
-    return {"mean": float(array.mean()), "std": float(array.std(ddof=1)) if array.size > 1 else 0.0,
-            "per_seed": [float(v) for v in array]}
-
-
 def summarise(runs: dict[str, list[list[dict[str, Any]]]], base: TrainConfig, seeds: int) -> dict[str, Any]:
-    r"""The summary: per method the final evaluation and the curves (mean, std over seeds, per seed).
+    r"""The summary: per method the final evaluation and the curves (:func:`.stats.mean_ci` over seeds).
 
     Per method: the final ``reward``, ``entropy``, ``pass_at_k`` and ``accuracy`` (of the fixed evaluation set,
     ``eval_k`` samples per prompt); from the training curves ``reward_auc``, the normalised area under the
@@ -183,11 +211,12 @@ def summarise(runs: dict[str, list[list[dict[str, Any]]]], base: TrainConfig, se
     run of the mean |log r| after the last update of a batch: how far the ratio moves per batch) and, for the
     Band, ``band_cost_frac`` (mean over the run).
 
-    ``paired``: for every method but the first, its per-seed difference from the first (``clip``) on the same
-    warm-up and random streams, with the number of seeds it is ahead and the paired t statistic
-    :math:`t = \bar d / (s_d/\sqrt{n})` (|t| above about 2.8 for 5 seeds, 4.3 for 3, is a difference the
-    seeds' spread does not explain at the 5 % level).  ``start`` describes the warmed-up policy and ``regime``
-    states what the comparison models (rarity of the rewarded strategy, open decisions, ratio movement).
+    Every entry holds ``n``, ``mean``, ``std``, ``se``, the 95 % Student-t interval ``ci`` and its
+    ``ci_half_width``, and ``per_seed``.  ``paired``: for every method but the first, its per-seed difference
+    from the first (``clip``) on the same warm-up and random streams (:func:`.stats.paired_difference`: the
+    paired t interval, ``ahead`` / ``behind`` seeds, ``t`` and ``p``); the reference itself has no entry.
+    ``start`` describes the warmed-up policy and ``regime`` states what the comparison models (rarity of the
+    rewarded strategy, open decisions, ratio movement).
     """
     methods: dict[str, Any] = {}
     per_seed: dict[str, dict[str, list[float]]] = {}
@@ -206,15 +235,15 @@ def summarise(runs: dict[str, list[list[dict[str, Any]]]], base: TrainConfig, se
         if all("band_cost_frac" in s for lines in steps for s in lines):
             values["band_cost_frac"] = [float(np.mean([s["band_cost_frac"] for s in lines])) for lines in steps]
         per_seed[name] = values
-        methods[name] = {key: _spread(v) for key, v in values.items()}
+        methods[name] = {key: mean_ci(v) for key, v in values.items()}
 
     reference = next(iter(runs))
-    paired = {name: {key: _paired(per_seed[name][key], per_seed[reference][key]) for key in PAIRED_FIELDS}
+    paired = {name: {key: paired_difference(per_seed[name][key], per_seed[reference][key]) for key in PAIRED_FIELDS}
               for name in runs if name != reference}
 
     starts = [lines[0] for lines in runs[reference]]
     start_fields = {**SUMMARY_FIELDS, **START_FIELDS}
-    start = {key: _spread([line[field] for line in starts]) for key, field in start_fields.items()
+    start = {key: mean_ci([line[field] for line in starts]) for key, field in start_fields.items()
              if all(field in line for line in starts)}
     regime = {
         "task": base.task,
@@ -237,6 +266,8 @@ def summarise(runs: dict[str, list[list[dict[str, Any]]]], base: TrainConfig, se
         "task": base.task,
         "reward_mode": base.reward,
         "seeds": seeds,
+        "ci_level": CI_LEVEL,
+        "ci_method": "Student t over seeds (n - 1 degrees of freedom); paired t for differences",
         "eval_k": base.eval_k,
         "config": {k: v for k, v in dataclasses.asdict(base).items()
                    if k not in {key for preset in METHOD_PRESETS.values() for key in preset}},
@@ -244,18 +275,43 @@ def summarise(runs: dict[str, list[list[dict[str, Any]]]], base: TrainConfig, se
     }
 
 
-def _paired(values: list[float], reference: list[float]) -> dict[str, Any]:
-    """Per-seed differences ``values - reference``: mean, std, per seed, seeds ahead and the paired t."""
-    d = np.asarray(values, dtype=np.float64) - np.asarray(reference, dtype=np.float64)
-    entry = _spread(list(d))
-    std = entry["std"]
-    entry["ahead"] = int((d > 0).sum())
-    entry["t"] = float(d.mean() / (std / np.sqrt(d.size))) if d.size > 1 and std > 1e-12 else None
-    return entry
+def render_markdown(summary: dict[str, Any]) -> str:
+    """``summary.md``: the command, then per method mean ± 95 % half-width, then the paired differences."""
+    k, seeds, level = summary["eval_k"], summary["seeds"], round(100 * summary.get("ci_level", CI_LEVEL))
+    headers = [header.format(k=k) for header in TABLE_COLUMNS.values()]
+    det = summary.get("determinism", {})
+    lines = [
+        f"`{summary.get('command', 'bandcore train --compare')}`",
+        "",
+        f"{seeds} seeds, {summary['config']['steps']} RL steps, task `{summary['task']}` "
+        f"({summary['reward_mode']} reward), torch threads {det.get('torch_threads', '?')}, deterministic "
+        f"algorithms {det.get('deterministic_algorithms', '?')}. Mean ± half-width of the {level} % confidence "
+        f"interval over seeds (Student t, {seeds - 1} degrees of freedom).",
+        "",
+        "| method | " + " | ".join(headers) + " |",
+        "| --- |" + " --- |" * len(headers),
+    ]
+    for name, entry in summary["methods"].items():
+        lines.append(f"| {name} | " + " | ".join(format_mean(entry[key]) for key in TABLE_COLUMNS) + " |")
+    reference = summary["paired"]["reference"]
+    lines += [
+        "",
+        f"Paired differences against {reference} (same warm-up and random streams per seed): mean difference "
+        f"[{level} % paired t interval] (seeds on which the method is higher / seeds); * marks an interval "
+        "that excludes 0.",
+        "",
+        "| difference | " + " | ".join(headers) + " |",
+        "| --- |" + " --- |" * len(headers),
+    ]
+    for name, entry in summary["paired"].items():
+        if name != "reference":
+            lines.append(f"| {name} − {reference} | " + " | ".join(format_diff(entry[key]) for key in TABLE_COLUMNS)
+                         + " |")
+    return "\n".join(lines) + "\n"
 
 
 def plot_curves(runs: dict[str, list[list[dict[str, Any]]]], out: str | Path) -> list[Path]:
-    """``reward.png``, ``entropy.png``, ``clipfrac.png``: mean ± std over seeds against the step (Agg)."""
+    """``reward.png``, ``entropy.png``, ``clipfrac.png``: mean and its 95 % t interval over seeds per step (Agg)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -269,12 +325,15 @@ def plot_curves(runs: dict[str, list[list[dict[str, Any]]]], out: str | Path) ->
             steps = np.array([line["step"] for line in rows[0]])
             values = np.array([[line[field] for line in lines] for lines in rows])
             mean = values.mean(axis=0)
-            std = values.std(axis=0, ddof=1) if len(values) > 1 else np.zeros_like(mean)
+            half = np.zeros_like(mean)
+            if len(values) > 1:
+                half = t_quantile(CI_LEVEL, len(values) - 1) * values.std(axis=0, ddof=1) / np.sqrt(len(values))
             axes.plot(steps, mean, label=name)
-            axes.fill_between(steps, mean - std, mean + std, alpha=0.2)
+            axes.fill_between(steps, mean - half, mean + half, alpha=0.2)
         axes.set_xlabel("RL step")
         axes.set_ylabel(label)
-        axes.set_title(f"{label} (mean ± std over {len(next(iter(runs.values())))} seeds)", fontsize=9)
+        axes.set_title(f"{label} (mean, {round(100 * CI_LEVEL)} % CI over {len(next(iter(runs.values())))} seeds)",
+                       fontsize=9)
         axes.legend(fontsize=8)
         figure.tight_layout()
         path = Path(out) / f"{stem}.png"

@@ -36,13 +36,14 @@ import torch
 
 from ..bounds import log_ratio_bounds
 from ..loss import band_policy_loss
+from .buckets import bucket_masks, bucket_metrics, clipped_by_bucket
 from .config import TrainConfig
 from .model import Policy, build_tiny_policy, load_policy
 from .rollout import completion_log_probs, completion_mask, evaluate, group_advantages, masked_mean, sample, warm_up
 from .tasks import EOS, Task
 
 __all__ = ["CHECKPOINT_FILE", "METRICS_FILE", "RUN_FILES", "TIMING_FIELDS", "WARMUP_FILE", "TrainConfig",
-           "make_policy", "read_metrics", "rl_step", "run"]
+           "deterministic_state", "make_policy", "read_metrics", "rl_step", "run"]
 
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -98,6 +99,8 @@ def rl_step(policy: Policy, task: Task, config: TrainConfig, optimizer: torch.op
     batch = sequences.shape[0]
     size = batch // config.minibatches
     sums: dict[str, torch.Tensor] = {}
+    bucket = bucket_masks(old_log_prob, mask)  # (K, B, T) token weights per old-probability bucket
+    side_sums = torch.zeros(2, bucket.shape[0], device=device)  # clipped tokens (low, high) per bucket, summed
     for _ in range(config.ppo_epochs):
         order = torch.randperm(batch, generator=data_generator).to(device)
         for index in order.view(config.minibatches, size):
@@ -113,6 +116,8 @@ def rl_step(policy: Policy, task: Task, config: TrainConfig, optimizer: torch.op
                        "abs_log_ratio": masked_mean((log_prob.detach() - old_log_prob[index]).abs(), mask[index])}
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
+            side_sums += clipped_by_bucket(log_prob.detach() - old_log_prob[index], advantages[index],
+                                            log_lower[index], log_upper[index], bucket[:, index])
     calls = config.ppo_epochs * config.minibatches
     # how far the ratio moved over the whole batch after the last update (one extra forward pass)
     with torch.no_grad():
@@ -133,6 +138,7 @@ def rl_step(policy: Policy, task: Task, config: TrainConfig, optimizer: torch.op
         "final_abs_log_ratio": float(final_log_ratio.abs().sum() / mask.sum()),
         "final_max_abs_log_ratio": float(final_log_ratio.abs().max()),
         "time_step_s": step_time,
+        **bucket_metrics(bucket, side_sums, config.ppo_epochs, final_log_ratio, advantages),
     }
     if config.method == "band":
         line.update({"time_band_s": bounds_time, "band_cost_frac": bounds_time / step_time})
@@ -274,7 +280,9 @@ def run(config: TrainConfig, out: str | Path, *, resume: bool = False, new_run: 
         (``--compare`` warms up once per seed and starts every method from there).  Ignored when resuming.
     progress : show a tqdm progress bar.
     threads : torch CPU threads for the run (restored afterwards); a tiny model runs fastest on one, and the
-        same count gives the same numbers.  ``None`` keeps torch's setting.
+        same count gives the same numbers.  ``None`` keeps torch's setting.  The run also switches on
+        ``torch.use_deterministic_algorithms`` (strict on the CPU, ``warn_only`` on other devices; restored
+        afterwards), so two identical runs on one machine write identical metrics (timing fields aside).
 
     Returns
     -------
@@ -287,13 +295,25 @@ def run(config: TrainConfig, out: str | Path, *, resume: bool = False, new_run: 
     _check_count("threads", threads)
     out, device = Path(out), torch.device(config.device)
     resumed, warm = _plan(config, out, bool(resume), bool(new_run), warm_start, device)
-    previous_threads = torch.get_num_threads()
+    previous = torch.get_num_threads(), deterministic_state()
     if threads is not None:
         torch.set_num_threads(threads)
+    # deterministic kernels: strict on the CPU; elsewhere a kernel without a deterministic version only warns
+    torch.use_deterministic_algorithms(True, warn_only=device.type != "cpu")
     try:
         return _run(config, out, resumed, warm, max_steps, progress)
     finally:
-        torch.set_num_threads(previous_threads)
+        torch.set_num_threads(previous[0])
+        torch.use_deterministic_algorithms(previous[1]["deterministic_algorithms"],
+                                           warn_only=previous[1]["deterministic_warn_only"])
+
+
+def deterministic_state() -> dict[str, Any]:
+    """What makes two runs on one machine give the same numbers: torch's threads and deterministic mode."""
+    return {"torch_threads": torch.get_num_threads(),
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+            "torch_version": torch.__version__}
 
 
 def _run(config: TrainConfig, out: Path, resumed: dict[str, Any] | None, warm: dict[str, Any] | None,
