@@ -84,6 +84,7 @@ def test_equal_differences_give_a_point_interval_and_no_t():
     entry = paired_difference([0.4, 0.6], [0.1, 0.3])
     assert entry["std"] == pytest.approx(0.0, abs=1e-15) and entry["t"] is None and entry["p"] is None
     assert entry["ci"] == pytest.approx([0.3, 0.3])
+    assert format_diff(entry) == "+0.300 [+0.300, +0.300] (2/2 higher)"  # no star: no spread, no test
     # a method against itself: zero difference, no seed ahead or behind
     same = paired_difference([0.2, 0.7, 0.5], [0.2, 0.7, 0.5])
     assert same["mean"] == 0.0 and same["ci"] == [0.0, 0.0] and (same["ahead"], same["behind"]) == (0, 0)

@@ -181,8 +181,8 @@ def _train_parser() -> argparse.ArgumentParser:
     return sub.choices["train"]
 
 
-HAND_WRITTEN = {"--out", "--compare", "--quick", "--seeds", "--resume", "--new-run", "--max-steps", "--no-progress",
-                "--threads", "-h", "--help", "--debug"}
+HAND_WRITTEN = {"--out", "--compare", "--sweep", "--quick", "--seeds", "--resume", "--new-run", "--max-steps",
+                "--no-progress", "--threads", "-h", "--help", "--debug"}
 
 
 def test_every_config_field_is_an_option_generated_from_the_dataclass():

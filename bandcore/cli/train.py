@@ -1,4 +1,4 @@
-"""``bandcore train``: train a small policy with GRPO/BandPO, or ``--compare`` clip / clip-higher / band-kl.
+"""``bandcore train``: train a small policy with GRPO/BandPO, ``--compare`` three methods, or ``--sweep`` regimes.
 
 The options of the run's settings are generated from the fields of
 :class:`bandcore.rl.toy.config.TrainConfig` (name ``--field-name``, type, default, help and choices all come
@@ -24,13 +24,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from ..rl.toy.config import TrainConfig
 
     p = subparsers.add_parser(
-        "train", help="train a small policy with GRPO/BandPO, or --compare clip / clip-higher / band-kl",
+        "train", help="train a small policy with GRPO/BandPO, --compare clip / clip-higher / band-kl, or --sweep",
         description=__doc__.split("\n\n")[0].replace("``", ""), allow_abbrev=False,
     )
     p.add_argument("--out", required=True, help="output directory (metrics.jsonl, checkpoint.pt, plots)")
     p.add_argument("--compare", action="store_true", help="train clip, clip-higher and band-kl over several seeds")
+    p.add_argument("--sweep", action="store_true",
+                   help="the mechanism map: clip against Band variants over a grid of regimes (rarity of the "
+                        "rewarded answer, dominance of the habit); writes sweep.json, sweep.md, mechanism.png")
     p.add_argument("--quick", action="store_true", help="with --compare: the small budget (a few minutes on CPU)")
-    p.add_argument("--seeds", type=int, help="with --compare: number of seeds (default 10)")
+    p.add_argument("--seeds", type=int, help="with --compare: number of seeds (default 10); with --sweep: seeds "
+                                             "per cell (default 3)")
     p.add_argument("--resume", action="store_true",
                    help="continue from OUT/checkpoint.pt (refused when there is none, unless --new-run)")
     p.add_argument("--new-run", action="store_true", dest="new_run",
@@ -101,13 +105,21 @@ def _handle(args: argparse.Namespace) -> int:
     _positive("threads", args.threads)
     _positive("max_steps", args.max_steps)
     _positive("seeds", args.seeds)
+    if args.compare and args.sweep:
+        raise ValueError("sweep: --sweep and --compare are two different experiments; give one")
+    if (args.compare or args.sweep) and args.max_steps is not None:
+        raise ValueError(f"max_steps: --max-steps does not apply to --{'sweep' if args.sweep else 'compare'} "
+                         "(use --steps)")
     if args.compare:
-        if args.max_steps is not None:
-            raise ValueError("max_steps: --max-steps does not apply to --compare (use --steps)")
         return _compare(args)
-    for name, given in (("quick", args.quick), ("seeds", args.seeds is not None)):
-        if given:
-            raise ValueError(f"{name}: --{name} only applies to --compare")
+    if args.sweep:
+        if args.quick:
+            raise ValueError("quick: --quick only applies to --compare")
+        return _sweep(args)
+    if args.quick:
+        raise ValueError("quick: --quick only applies to --compare")
+    if args.seeds is not None:
+        raise ValueError("seeds: --seeds only applies to --compare or --sweep")
     from ..rl.toy.config import TrainConfig
     from ..rl.toy.train import METRICS_FILE, run
 
@@ -130,4 +142,14 @@ def _compare(args: argparse.Namespace) -> int:
     print((Path(args.out) / "summary.md").read_text(), end="")
     print(f"summary: {Path(args.out) / 'summary.json'}, {Path(args.out) / 'summary.md'} "
           f"({summary['wall_time_s']:.0f} s)")
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from ..rl.toy.sweep import SEEDS, sweep
+
+    result = sweep(args.out, overrides=_given(args), seeds=SEEDS if args.seeds is None else args.seeds,
+                   resume=args.resume, new_run=args.new_run, progress=not args.no_progress, threads=args.threads)
+    print((Path(args.out) / "sweep.md").read_text(), end="")
+    print(f"sweep: {Path(args.out) / 'sweep.json'}, {Path(args.out) / 'mechanism.png'} ({result['wall_time_s']:.0f} s)")
     return 0

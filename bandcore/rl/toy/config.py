@@ -71,6 +71,9 @@ class TrainConfig:
     dual_clip: float | None = option(None, "dual-clip constant c > 1 (loss capped at -A c where A < 0); none: off",
                                      group="loss", above=1.0)
     max_ratio: float | None = option(None, "cap (> 1) on the upper ratio bound; none: no cap", group="loss", above=1.0)
+    min_ratio: float | None = option(None, "floor (< 1) on the lower ratio bound, applied to the Band's (or the "
+                                     "clip's) lower bound, e.g. 0.8: the Band's upper bound with the fixed clip's "
+                                     "lower bound; none: no floor", group="loss", above=0.0, below=1.0)
     loss_agg_mode: str = option("token-mean", "aggregation of the per-token loss", group="loss",
                                 choices=LOSS_AGG_MODES)
     # RL loop

@@ -111,11 +111,14 @@ def format_mean(entry: dict[str, Any], digits: int = 3) -> str:
 
 
 def format_diff(entry: dict[str, Any], digits: int = 3) -> str:
-    """``"+mean [low, high] (ahead/n higher)"`` of a :func:`paired_difference` entry; ``*`` when the CI excludes 0."""
+    """``"+mean [low, high] (ahead/n higher)"`` of a :func:`paired_difference` entry.
+
+    ``*`` marks an interval that excludes 0 (not a point interval of equal differences, which has no t).
+    """
     mean = f"{entry['mean']:+.{digits}f}"
     count = f"({entry['ahead']}/{entry['n']} higher)"
     if entry["ci"] is None:
         return f"{mean} {count}"
     low, high = entry["ci"]
-    star = " *" if low > 0.0 or high < 0.0 else ""
+    star = " *" if entry.get("t") is not None and (low > 0.0 or high < 0.0) else ""
     return f"{mean} [{low:+.{digits}f}, {high:+.{digits}f}] {count}{star}"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -43,7 +44,7 @@ from .rollout import completion_log_probs, completion_mask, evaluate, group_adva
 from .tasks import EOS, Task
 
 __all__ = ["CHECKPOINT_FILE", "METRICS_FILE", "RUN_FILES", "TIMING_FIELDS", "WARMUP_FILE", "TrainConfig",
-           "deterministic_state", "make_policy", "read_metrics", "rl_step", "run"]
+           "deterministic_state", "make_policy", "ratio_bounds", "read_metrics", "rl_step", "run"]
 
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -89,7 +90,7 @@ def rl_step(policy: Policy, task: Task, config: TrainConfig, optimizer: torch.op
     if device.type == "cuda":  # the timer must not include the forward pass still queued on the device
         torch.cuda.synchronize(device)
     bounds_start = time.perf_counter()
-    log_lower, log_upper = log_ratio_bounds(old_log_prob, **config.bounds_kwargs())
+    log_lower, log_upper = ratio_bounds(old_log_prob, config)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     bounds_time = time.perf_counter() - bounds_start
@@ -143,6 +144,16 @@ def rl_step(policy: Policy, task: Task, config: TrainConfig, optimizer: torch.op
     if config.method == "band":
         line.update({"time_band_s": bounds_time, "band_cost_frac": bounds_time / step_time})
     return line
+
+
+def ratio_bounds(old_log_prob: torch.Tensor, config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    r""":math:`(\log l, \log u)` of ``config``'s method (:func:`bandcore.rl.bounds.log_ratio_bounds`, with its
+    ``max_ratio`` cap :math:`u \le` max_ratio) and, with ``min_ratio``, the floor :math:`l \leftarrow \max(l,
+    \text{min\_ratio})`."""
+    log_lower, log_upper = log_ratio_bounds(old_log_prob, **config.bounds_kwargs())
+    if config.min_ratio is not None:
+        log_lower = log_lower.clamp_min(math.log(config.min_ratio))
+    return log_lower, log_upper
 
 
 # --------------------------------------------------------------------------------------------------------
