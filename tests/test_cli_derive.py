@@ -98,7 +98,7 @@ def test_derive_formula_spellings_resolve_everywhere(capsys):
 
 
 def test_derive_markdown_with_the_verification_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli_derive, "_verified_line", lambda div: f"Verified: {div.name} (stub)")
+    monkeypatch.setattr(cli_derive, "_verified_line", lambda div, progress=None: f"Verified: {div.name} (stub)")
     report = tmp_path / "tv.md"
     assert main(["derive", "bandtv", "--markdown", str(report), "--verify"]) == 0
     assert "<!-- verified: begin -->\nVerified: tv (stub)\n<!-- verified: end -->" in report.read_text("utf-8")
@@ -108,7 +108,7 @@ def test_derive_markdown_with_the_verification_line(tmp_path, monkeypatch, capsy
 
 def test_derivations_check_detects_stale_files(tmp_path, capsys, monkeypatch):
     # the CVXPY line itself is exercised by the slow check below; here a stub keeps it fast
-    monkeypatch.setattr(cli_derive, "_verified_line", lambda div: f"Verified: {div.name} (stub)")
+    monkeypatch.setattr(cli_derive, "_verified_line", lambda div, progress=None: f"Verified: {div.name} (stub)")
     assert main(["derivations", "--dir", str(tmp_path)]) == 0
     assert "Verified: kl (stub)" in (tmp_path / "kl.md").read_text(encoding="utf-8")
     assert main(["derivations", "--check", "--dir", str(tmp_path)]) == 0
@@ -121,7 +121,7 @@ def test_derivations_check_detects_stale_files(tmp_path, capsys, monkeypatch):
 
 
 def test_derivations_never_replace_a_differing_file_without_force(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli_derive, "_verified_line", lambda div: None)
+    monkeypatch.setattr(cli_derive, "_verified_line", lambda div, progress=None: None)
     mine = tmp_path / "kl.md"
     mine.write_text("my notes\n", encoding="utf-8")
     assert main(["derivations", "--out", str(tmp_path)]) == 1
@@ -154,12 +154,6 @@ def test_source_tree_copy_is_found_only_next_to_the_package():
     if folder is not None:
         assert folder.name == "derivations" and (folder.parent / "pyproject.toml").is_file()
         assert Path(cli_derive.__file__).resolve().parents[2] == folder.parent
-
-
-def test_progress_bar_only_on_a_terminal():
-    items = [1, 2, 3]
-    assert cli_derive.progress(items, desc="x", quiet=True) is items
-    assert cli_derive.progress(items, desc="x", quiet=False) is items  # stderr is captured: not a terminal
 
 
 @pytest.mark.slow

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
-from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-__all__ = ["divergence_argument", "progress", "register"]
+from .._progress import progress
 
-T = TypeVar("T")
+__all__ = ["divergence_argument", "register"]
 
 _REPORT_DELTA = 0.05
 _TABLE_P = (0.001, 0.08, 0.5)
@@ -87,15 +86,9 @@ def divergence_argument(text: str) -> Any:
         ) from None
 
 
-def progress(items: Iterable[T], *, total: int | None = None, desc: str, quiet: bool, unit: str = "it") -> Iterable[T]:
-    """``items`` wrapped in a tqdm bar on stderr when stderr is a terminal and not ``quiet`` (tqdm optional)."""
-    if quiet or not sys.stderr.isatty():
-        return items
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return items
-    return tqdm(items, total=total, desc=desc, unit=unit, dynamic_ncols=True, leave=False)
+def _enabled(args: argparse.Namespace) -> bool | None:
+    """The progress bars of a command: never with ``--quiet``, else when stderr is a terminal."""
+    return False if args.quiet else None
 
 
 def _check_delta(delta: float) -> float:
@@ -134,21 +127,21 @@ def _derive_command(args: argparse.Namespace) -> int:
 
     delta = _check_delta(args.delta)
     if args.divergence is None:
-        _print_table(_summary_rows(delta, args.quiet))
+        _print_table(_summary_rows(delta, _enabled(args)))
         return 0
     div = divergence_argument(args.divergence)
     if args.markdown and not Path(args.markdown).resolve().parent.is_dir():  # fail before the derivation
         raise FileNotFoundError(f"--markdown: directory {Path(args.markdown).resolve().parent} does not exist")
-    d = derive(div)
+    d = derive(div, progress=_enabled(args))
     print(d.to_text(delta))
     if args.markdown:
-        line = _verified_line(div) if args.verify else None
+        line = _verified_line(div, progress=_enabled(args)) if args.verify else None
         Path(args.markdown).write_text(d.to_markdown(verified_line=line), encoding="utf-8")
         print(f"\nwrote {args.markdown}")
     return 0
 
 
-def _summary_rows(delta: float, quiet: bool) -> list[tuple[str, ...]]:
+def _summary_rows(delta: float, enabled: bool | None) -> list[tuple[str, ...]]:
     import numpy as np
 
     from ..band import band
@@ -158,22 +151,25 @@ def _summary_rows(delta: float, quiet: bool) -> list[tuple[str, ...]]:
     header += tuple(f"Band at p={p:g}" for p in _TABLE_P)
     rows = [header]
     log_p = np.log(np.array(_TABLE_P))
-    for div in progress(catalogue(), desc="derive", quiet=quiet, unit="divergence"):
-        d = derive(div)
-        lower, upper = band(log_p, div, delta)
-        closed = "/".join("yes" if e is not None else "no" for e in (d.upper, d.lower))
-        up, lo = d.saturation_upper, d.saturation_lower
-        rows.append(
-            (
-                div.name,
-                closed,
-                "never" if up.never else f"p ≥ {up(delta):.6g}",
-                "never" if lo.never else f"p ≤ {lo(delta):.6g}",
-                str(d.f2),
-                *(f"[{lo_:.6g}, {up_:.6g}]" for lo_, up_ in zip(lower, upper, strict=True)),
-            )
-        )
+    with progress(catalogue(), desc="derive", unit="divergence", enabled=enabled) as bar:
+        for div in bar:
+            bar.set_postfix_str(div.name)
+            rows.append(_summary_row(derive(div, progress=False), band(log_p, div, delta), delta))
     return rows
+
+
+def _summary_row(d: Any, bounds: tuple[Any, Any], delta: float) -> tuple[str, ...]:
+    lower, upper = bounds
+    closed = "/".join("yes" if e is not None else "no" for e in (d.upper, d.lower))
+    up, lo = d.saturation_upper, d.saturation_lower
+    return (
+        d.divergence.name,
+        closed,
+        "never" if up.never else f"p ≥ {up(delta):.6g}",
+        "never" if lo.never else f"p ≤ {lo(delta):.6g}",
+        str(d.f2),
+        *(f"[{lo_:.6g}, {up_:.6g}]" for lo_, up_ in zip(lower, upper, strict=True)),
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -181,11 +177,11 @@ def _summary_rows(delta: float, quiet: bool) -> list[tuple[str, ...]]:
 # --------------------------------------------------------------------------------------------------------
 
 
-def _verified_line(div: Any) -> str | None:
+def _verified_line(div: Any, progress: bool | None = None) -> str | None:
     """The CVXPY verification line of a report (``bandcore.verify.summary_line``)."""
     from ..verify import summary_line
 
-    return summary_line(div)
+    return summary_line(div, progress=progress)
 
 
 def _derivations_command(args: argparse.Namespace) -> int:
@@ -205,8 +201,8 @@ def _derivations_command(args: argparse.Namespace) -> int:
     if args.update and (args.out or args.no_verify):
         raise ValueError("--update rewrites the packaged reports in full: it takes neither --out nor --no-verify")
     files = render_derivations(
-        verified_line=None if args.no_verify else _verified_line,
-        progress=lambda items: progress(items, desc="derivations", quiet=args.quiet, unit="divergence"),
+        verified_line=None if args.no_verify else partial(_verified_line, progress=_enabled(args)),
+        progress=_enabled(args),
     )
     ignore = args.no_verify
     if args.check:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from .derive import divergence_argument, progress
+from .._progress import progress
+from .derive import divergence_argument
 
 __all__ = ["register"]
 
@@ -61,15 +62,11 @@ def _handle(args: argparse.Namespace) -> int:
     _check(args)
     divergences = [divergence_argument(name) for name in (args.names or list_divergences())]
     cross_check = None if args.cross_check.lower() == "none" else args.cross_check
-    per_divergence = 2 * len(args.n) * len(args.p) * len(args.delta)
-    bar = progress(range(per_divergence * len(divergences)), desc="verify", quiet=args.quiet, unit="row")
-    advance = getattr(bar, "update", None)
-    emit = getattr(bar, "write", print)  # tqdm.write: the bar is cleared, the text printed, the bar redrawn
+    total = 2 * len(args.n) * len(args.p) * len(args.delta) * len(divergences)
     reports = []
-    try:
+    with progress(total=total, desc="verify", unit="program", enabled=False if args.quiet else None) as bar:
         for div in divergences:
-            if advance is not None:
-                bar.set_postfix_str(div.name)
+            bar.set_postfix_str(div.name)
             report = verify(
                 div,
                 args.delta,
@@ -79,13 +76,11 @@ def _handle(args: argparse.Namespace) -> int:
                 solver=args.solver,
                 cross_check=cross_check,
                 tolerance=args.tolerance,
-                progress=(lambda _count: advance(1)) if advance is not None else None,
+                progress=lambda _done: bar.update(1),
             )
             reports.append(report)
-            emit(f"## {report.divergence}\n\n{report.to_markdown() if args.table else report.summary()}\n")
-    finally:
-        if advance is not None:
-            bar.close()
+            # above the bar on a terminal, plain print otherwise
+            bar.write(f"## {report.divergence}\n\n{report.to_markdown() if args.table else report.summary()}\n")
     failed = [r.divergence for r in reports if not r.passed]
     verdict = f"; FAILED: {', '.join(failed)}" if failed else ""
     print(f"{len(reports) - len(failed)}/{len(reports)} divergences verified{verdict}")

@@ -18,11 +18,13 @@ facts cannot be found in time is refused with a :class:`~bandcore.divergences.Ge
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import sympy as sp
 
+from .._progress import progress as progress_bar
 from ..divergences import Divergence, GeneratorError, list_divergences, resolve
 from .budget import available, deadline
 from .limits import LIMIT_KEYS, asymptotic_root, limits, series
@@ -33,12 +35,15 @@ from .saturation import Saturation, boundary_values, saturation
 from .symbolic import Facts
 from .validate import validate_branch
 
-__all__ = ["ALPHA_EXTRA", "DERIVE_SECONDS", "Derivation", "catalogue", "derive"]
+__all__ = ["ALPHA_EXTRA", "DERIVE_SECONDS", "STEPS", "Derivation", "catalogue", "derive"]
 
 #: The α-family members derived beside the default α = 3 in the reports.
 ALPHA_EXTRA = (2.0, -1.0, 0.5)
 #: Overall time budget of one derivation (seconds); every SymPy call inside gets at most what is left.
 DERIVE_SECONDS = 15.0
+#: The steps of one derivation, as a progress bar counts them.
+STEPS = ("facts", "upper bound", "lower bound", "saturation", "limits", "series")
+_CACHE_SIZE = 128
 
 
 @dataclass(frozen=True)
@@ -122,17 +127,30 @@ class Derivation:
         return text(self, delta)
 
 
-def derive(divergence: str | Divergence, **params: float) -> Derivation:
+def derive(divergence: str | Divergence, *, progress: bool | None = None, **params: float) -> Derivation:
     """Derive the Band of ``divergence`` (any spelling :func:`~bandcore.divergences.resolve` accepts); cached.
+
+    ``params`` are the divergence's parameters (``alpha=0.5``).  ``progress``: a bar over the
+    :data:`STEPS` on stderr; ``None`` draws it when stderr is a terminal and the result is not cached yet,
+    ``False`` never.
 
     Raises :class:`~bandcore.divergences.GeneratorError` when the generator is refused (invalid, or too complex
     for SymPy to find its basic facts within the time budget).
 
-    >>> d = derive("pearson")
+    >>> d = derive("pearson", progress=False)
     >>> d.upper
     sqrt(delta)*sqrt(1 - p)/sqrt(p) + 1
     """
-    return _derive(resolve(divergence, **params))
+    div = resolve(divergence, **params)
+    if div in _CACHE:
+        return _derive(div)
+    with progress_bar(total=len(STEPS), desc=f"derive {div.name}", unit="step", enabled=progress) as bar:
+
+        def step(name: str) -> None:
+            bar.set_postfix_str(name, refresh=False)
+            bar.update(1)
+
+        return _derive(div, step)
 
 
 def catalogue() -> list[Divergence]:
@@ -141,18 +159,31 @@ def catalogue() -> list[Divergence]:
     return named + [resolve("alpha", alpha=a) for a in ALPHA_EXTRA]
 
 
-@lru_cache(maxsize=128)
-def _derive(div: Divergence) -> Derivation:
+_CACHE: dict[Divergence, Derivation] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _derive(div: Divergence, step: Callable[[str], None] | None = None) -> Derivation:
+    """The cached derivation of ``div``; ``step(name)`` is called after each of the :data:`STEPS` computed."""
+    with _CACHE_LOCK:
+        found = _CACHE.get(div)
+    if found is not None:
+        return found
     try:
         with deadline(DERIVE_SECONDS):
-            return _derive_within_budget(div)
+            found = _derive_within_budget(div, step or (lambda name: None))
     except RecursionError:
         raise GeneratorError(f"{div.name}: the generator is nested too deeply for the symbolic engine") from None
+    with _CACHE_LOCK:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))  # the oldest entry
+        return _CACHE.setdefault(div, found)
 
 
-def _derive_within_budget(div: Divergence) -> Derivation:
+def _derive_within_budget(div: Divergence, step: Callable[[str], None]) -> Derivation:
     fx = checked_facts(div)
     mp_generator(div)  # refuses a generator whose f̃(0+) or slope at infinity is not a number
+    step("facts")
     notes: list[str] = []
     if not available():
         notes.append("no time budget can be enforced in this thread, so no SymPy solver was run")
@@ -164,6 +195,7 @@ def _derive_within_budget(div: Divergence) -> Derivation:
         if f_r is None or f_s is None:
             pieces[side] = closed[side] = None
             notes.append(f"{side} bound: no closed form attempted — |·| in f changes sign away from u = 1")
+            step(f"{side} bound")
             continue
         pieces[side] = binary(f_r, f_s)
         candidates, solve_notes = solve_closed(pieces[side] - DELTA, R, f"{side} bound")
@@ -178,15 +210,19 @@ def _derive_within_budget(div: Divergence) -> Derivation:
         elif candidates:
             notes.append(f"{side} bound: no closed form — SymPy's roots gave no branch valid on the whole region")
         closed[side] = branch
+        step(f"{side} bound")
     g_up, g_lo, level = boundary_values(div, fx)
     saturation_upper, sat_notes = saturation(div, fx, "upper", g_up, level)
     notes.extend(sat_notes)
     saturation_lower, sat_notes = saturation(div, fx, "lower", g_lo, level)
     notes.extend(sat_notes)
+    step("saturation")
     found, equation, limit_notes = limits(fx, closed["upper"], closed["lower"], level)
     notes.extend(limit_notes)
+    step("limits")
     coefficients, series_notes = series(fx)
     notes.extend(series_notes)
+    step("series")
     return Derivation(
         divergence=div,
         g=display_g(fx, pieces),

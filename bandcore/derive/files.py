@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import TypeVar
 
+from .._progress import progress as progress_bar
 from ..divergences import Divergence
 from .derivation import _derive, catalogue
 from .report import VERIFIED_BEGIN, VERIFIED_END, index, slug
@@ -27,7 +27,6 @@ __all__ = [
     "write_derivations",
 ]
 
-T = TypeVar("T")
 _PACKAGE = "bandcore.derive"
 _FOLDER = "reports"
 
@@ -36,7 +35,7 @@ def render_derivations(
     divergences: Iterable[Divergence] | None = None,
     *,
     verified_line: Callable[[Divergence], str | None] | None = None,
-    progress: Callable[[Iterable[Divergence]], Iterable[Divergence]] | None = None,
+    progress: bool | None = None,
 ) -> dict[str, str]:
     """File name → content of every report (default: :func:`~bandcore.derive.catalogue`) and the ``README.md``.
 
@@ -47,17 +46,20 @@ def render_derivations(
     verified_line : callable, optional
         ``divergence -> str`` placed in each report's verification section (``bandcore.verify.summary_line``);
         without it that section stays empty.
-    progress : callable, optional
-        Wraps the iteration over the divergences (e.g. a progress bar).
+    progress : bool or None
+        A bar over the divergences (derivation and verification line) on stderr; ``None`` draws it when stderr
+        is a terminal, ``False`` never.
     """
     chosen = list(catalogue() if divergences is None else divergences)
-    derivations = []
-    for div in chosen if progress is None else progress(chosen):
-        d = _derive(div)
-        derivations.append(d)
+    derivations, lines = [], []
+    with progress_bar(chosen, desc="derivations", unit="divergence", enabled=progress) as bar:
+        for div in bar:
+            bar.set_postfix_str(div.name)
+            derivations.append(_derive(div))
+            lines.append(verified_line(div) if verified_line else None)
     files = {
-        f"{slug(d.divergence)}.md": d.to_markdown(verified_line=verified_line(d.divergence) if verified_line else None)
-        for d in derivations
+        f"{slug(d.divergence)}.md": d.to_markdown(verified_line=line)
+        for d, line in zip(derivations, lines, strict=True)
     }
     files["README.md"] = index(derivations)
     return files

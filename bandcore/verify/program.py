@@ -24,6 +24,7 @@ every p and δ.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 import warnings
@@ -34,6 +35,7 @@ import cvxpy as cp
 import mpmath as mp
 import numpy as np
 
+from .._progress import progress as progress_bar
 from ..band import band
 from ..derive.mpmath_g import checked_facts, g_boundary, g_ratio
 from ..divergences import Divergence, resolve
@@ -168,7 +170,7 @@ def verify(
     cross_check: str | None = "SCS",
     cross_check_max_n: int = 100,
     tolerance: float = 1e-6,
-    progress: Callable[[int], None] | None = None,
+    progress: bool | Callable[[int], None] | None = None,
 ) -> VerificationReport:
     r"""Solve the n-category trust-region programs with CVXPY and compare their optima with :func:`band`.
 
@@ -192,8 +194,10 @@ def verify(
         (``cross_check_max_error``, ``cross_check_passed`` at 1e-4) and do not decide ``passed``.
     tolerance : float
         Largest accepted error, :math:`|u^{cvx}_a - r|/\max(1, r)`, and proportionality deviation.
-    progress : callable, optional
-        Called after each row (one side at one n, p, δ, all its solvers) with the number of rows done so far.
+    progress : bool, callable or None
+        A bar over the programs (one side at one n, p, δ, all its solvers) on stderr: ``None`` draws it when
+        stderr is a terminal, ``False`` never, ``True`` always.  A callable draws nothing and is called after
+        each program with the number done so far (a caller's own bar).
 
     Returns
     -------
@@ -222,10 +226,12 @@ def verify(
         for index, side in enumerate(("lower", "upper"))
     }
 
-    rows = []
+    rows: list[VerificationRow] = []
     build_time = 0.0
-    for size in sizes:
-        for side in ("upper", "lower"):
+    total = 2 * len(sizes) * len(probs) * len(deltas)
+    bar = progress_bar(total=total, desc=f"verify {div.name}", unit="program", enabled=_bar_enabled(progress))
+    with bar:
+        for size, side in itertools.product(sizes, ("upper", "lower")):
             start = time.perf_counter()
             primary = _Program(build, size, side)
             secondary = _Program(build, size, side) if cross_check and size <= cross_check_max_n else None
@@ -247,14 +253,22 @@ def verify(
                             div.name, size, prob, d, side, band_value, value, error, spread, status, elapsed, **extra
                         )
                     )
-                    if progress is not None:
+                    bar.update(1)
+                    if callable(progress):
                         progress(len(rows))
     rows.sort(key=lambda r: (r.delta, r.n, r.p, r.side != "lower"))
     return VerificationReport(div.name, rows, tolerance, solver, cross_check or "", build_time)
 
 
-def summary_line(divergence: str | Divergence) -> str:
+def _bar_enabled(progress: bool | Callable[[int], None] | None) -> bool | None:
+    """A caller's callback replaces the bar; otherwise ``progress`` decides (see :func:`verify`)."""
+    return False if callable(progress) else progress
+
+
+def summary_line(divergence: str | Divergence, *, progress: bool | None = None) -> str:
     """One deterministic line for the derivation reports: the CVXPY (Clarabel) check at fixed seeds.
+
+    ``progress``: a bar over the programs, as in :func:`verify`.
 
     The error is stated as an order-of-magnitude bound on an even power of ten (``≤ 1e-08``), so that the
     line regenerates identically on machines whose solver runs differ in the last digits.
@@ -265,7 +279,7 @@ def summary_line(divergence: str | Divergence) -> str:
         f"δ ∈ {{{', '.join(f'{x:g}' for x in SUMMARY_DELTA)}}}"
     )
     try:
-        report = verify(div, SUMMARY_DELTA, n=SUMMARY_N, cross_check=None)
+        report = verify(div, SUMMARY_DELTA, n=SUMMARY_N, cross_check=None, progress=progress)
     except ValueError as err:
         return f"Not verified with CVXPY: {err}"
     if not report.passed:
