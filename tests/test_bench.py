@@ -1,6 +1,5 @@
-"""``bandcore bench``: the quick run writes valid JSON with every column; accuracy columns are right.
-
-No timing is asserted anywhere."""
+"""``bandcore bench``: the quick run writes JSON with every row and the Markdown made from it; the ratios come from
+the measured times, the errors meet the contracts, the copy is out of cache.  No timing is asserted anywhere."""
 
 from __future__ import annotations
 
@@ -17,6 +16,8 @@ from bandcore.oracle import reference_band_log
 from bandcore.tables import rel_log_error
 from bandcore.tools import bench
 from bandcore.tools.bench import _accuracy_points, llm_like_log_probs
+from bandcore.tools.bench_report import format_markdown
+from bandcore.tools.bench_timing import FALLBACK_LLC_BYTES, last_level_cache, time_call
 from bandcore.tools.published import published_band
 
 
@@ -68,88 +69,176 @@ def test_default_threads_are_the_cores_for_torch_and_numba():
         bench._resolve_threads(0)
 
 
-def test_run_bench_sets_equal_threads_and_restores_them(monkeypatch):
+def test_run_bench_sets_equal_threads_and_restores_them():
     numba = pytest.importorskip("numba")
-    seen = {}
-
-    def fake_run(*args):
-        seen["threads"] = (torch.get_num_threads(), numba.get_num_threads(), args[7])
-        return {"ok": True}
-
     before = (torch.get_num_threads(), numba.get_num_threads())
-    monkeypatch.setattr(bench, "_run", fake_run)
-    assert bench.run_bench(100, threads=1, progress=False) == {"ok": True}
-    assert seen["threads"] == (1, 1, 1)
+    report = bench.run_bench(
+        500, divergences=("tv",), repeats=1, oracle_points=4, memory_sizes=(), threads=1, progress=False
+    )
+    assert report["threads"] == 1 and report["machine"]["torch_threads"] == 1
+    assert report["machine"]["numba_threads"] == 1
     assert (torch.get_num_threads(), numba.get_num_threads()) == before
+    assert report["command"].startswith("bandcore.tools.bench.run_bench(sizes=(500,)")
 
 
-def test_progress_bar_only_when_asked_or_on_a_tty(capsys):
-    pytest.importorskip("tqdm")
-    quiet = bench._Progress(3, False)
-    quiet.step("a")
-    quiet.close()
-    auto = bench._Progress(3, None)  # pytest's stderr is not a terminal: no bar
-    auto.step("a")
-    auto.close()
-    assert capsys.readouterr().err == ""
-    shown = bench._Progress(2, True)
-    shown.step("kl: numba", 2)
-    shown.close()
-    assert "bench: " in capsys.readouterr().err  # tqdm redraws at most every 0.1 s: the first frame only
+def test_time_call_counts_the_first_call_apart():
+    calls = []
+    timing = time_call(lambda: calls.append(1), repeats=3, min_seconds=0.001)
+    assert set(timing) == {"first_call_seconds", "seconds", "calls_per_repeat"}
+    assert timing["seconds"] > 0 and timing["calls_per_repeat"] >= 1
+    assert len(calls) == 2 + 3 * timing["calls_per_repeat"]  # first, the estimate, then the timed repeats
 
 
-@pytest.mark.parametrize("args", [["--threads", "0"], ["--n", "0"], ["--delta", "nan"], ["--repeats", "-1"]])
+def test_last_level_cache_is_read_from_sysfs_files(tmp_path):
+    for index, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "2048K"),
+                                                 (3, "Unified", "36M")]):  # fmt: skip
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "type").write_text(f"{kind}\n")
+        (folder / "size").write_text(f"{size}\n")
+    llc = last_level_cache(tmp_path)
+    assert llc == {"bytes": 36 * 2**20, "level": 3, "source": f"{tmp_path}/index*/size"}
+    (tmp_path / "index3" / "size").write_text("garbage\n")  # unreadable entries are skipped
+    assert last_level_cache(tmp_path)["bytes"] == 2 * 2**20
+
+
+def test_last_level_cache_falls_back_with_a_note(tmp_path):
+    llc = last_level_cache(tmp_path / "missing")
+    if llc["source"] == "fallback":  # no sysconf either
+        assert llc["bytes"] == FALLBACK_LLC_BYTES == 32 * 2**20 and "assumed 32 MiB" in llc["note"]
+    else:
+        assert llc["source"].startswith("os.sysconf") and llc["bytes"] > 0
+
+
+@pytest.mark.parametrize(
+    "args", [["--threads", "0"], ["--n", "0"], ["--n", "100", "-5"], ["--delta", "nan"], ["--repeats", "-1"]]
+)
 def test_bench_usage_errors_are_one_line(capsys, args):
     assert main(["bench", "--quiet", "--no-memory", *args]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("bandcore bench: error: ") and args[0] in err[0]
 
 
+def test_bench_missing_files_fail_before_the_run(capsys, tmp_path):
+    assert main(["bench", "--quiet", "--json", str(tmp_path / "no" / "b.json")]) == 1
+    assert "--json: directory" in capsys.readouterr().err
+    assert main(["bench", "--from-json", str(tmp_path / "absent.json")]) == 1
+    assert "absent.json" in capsys.readouterr().err
+
+
+QUICK = ["bench", "--quick", "--quiet", "--published-single-thread"]
+
+
 @pytest.fixture(scope="module")
-def quick_report(tmp_path_factory):
-    path = tmp_path_factory.mktemp("bench") / "bench.json"
-    assert main(["bench", "--quick", "--quiet", "--threads", "1", "--json", str(path)]) == 0
-    return json.loads(path.read_text())
+def quick_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bench")
+    argv = [*QUICK, "--json", str(folder / "bench.json"), "--markdown", str(folder / "bench.md")]
+    assert main(argv) == 0
+    return json.loads((folder / "bench.json").read_text()), (folder / "bench.md").read_text(), folder
 
 
 @pytest.mark.slow
-def test_quick_bench_json_has_every_column(quick_report):
-    r = quick_report
-    for key in ("n_tokens", "delta", "seed", "machine", "copy", "results", "memory", "tables", "accuracy_points"):
+def test_quick_bench_json_has_every_row_at_equal_threads(quick_run):
+    r, _, _ = quick_run
+    for key in ("sizes", "delta", "seed", "machine", "copy", "results", "memory", "tables", "accuracy_points",
+                "command", "threads", "thread_note"):  # fmt: skip
         assert key in r
-    assert r["threads"] == 1 and r["machine"]["torch_threads"] == 1
-    assert r["machine"]["numba_threads"] in (1, None)  # None: Numba not installed
+    threads = bench._resolve_threads(None)
+    assert r["threads"] == threads == r["machine"]["torch_threads"]
+    assert r["machine"]["numba_threads"] in (threads, None)  # None: Numba not installed
+    assert f"on {threads} thread(s)" in r["thread_note"]
     assert not r["unavailable"], r["unavailable"]
-    assert r["copy"]["roofline_mtok_s"] > 0 and r["copy"]["bytes_per_token"] == 12
-    methods = {(row["divergence"], row["method"]) for row in r["results"]}
-    for div in ("kl", "tv", "pearson"):
-        assert {(div, m) for m in ("published", "numpy", "numba", "torch", "table", "table-torch")} <= methods
-    for row in r["results"]:
-        assert row["seconds"] > 0 and row["first_call_seconds"] > 0
-        assert math.isclose(row["mtok_s"], r["n_tokens"] / row["seconds"] / 1e6)
-        assert row["speedup_vs_published"] is not None
-        assert row["max_rel_err"] == max(row["max_rel_err_lower"], row["max_rel_err_upper"])
-        if row["method"] in ("numpy", "numba", "torch"):
-            assert row["max_rel_err"] <= 1e-12  # the contract
-        if row["method"].startswith("table"):
-            assert row["max_rel_err"] <= r["tables"][row["divergence"]]["certified_max_rel_error"]
+    assert r["sizes"] == [20_000, 1_000]
+    rows = {(row["divergence"], row["method"], row["n_tokens"]): row for row in r["results"]}
+    methods = ("published", "published-1t", "numpy", "numba", "torch", "table", "table-torch", "roofline")
+    assert set(rows) == {(d, m, n) for d in ("kl", "tv", "pearson") for m in methods for n in r["sizes"]}
+    for (_, method, _), row in rows.items():
+        expected = 1 if method in ("numpy", "published-1t") else threads  # everything else at equal threads
+        assert row["threads"] == expected, (method, row["threads"])
     assert {m["method"] for m in r["memory"]} == {"numba", "torch", "table"}
-    table_mem = next(m for m in r["memory"] if m["method"] == "table")
-    assert table_mem["peak_extra_bytes"] > 0 and 0 < table_mem["peak_over_outputs"] < 10
 
 
 @pytest.mark.slow
-def test_quick_bench_accuracy_columns_are_recomputable(quick_report):
-    r = quick_report
-    x = llm_like_log_probs(r["n_tokens"], r["seed"])
+def test_quick_bench_copy_is_out_of_cache(quick_run):
+    copy = quick_run[0]["copy"]
+    assert copy["array_bytes"] >= 4 * copy["llc"]["bytes"] and copy["bytes_per_token"] == 12
+    assert {"numpy", "torch"} <= set(copy["methods"]) and copy["methods"]["numpy"]["threads"] == 1
+    for method in copy["methods"].values():
+        assert math.isclose(method["gb_per_s"], 2 * copy["array_bytes"] / method["seconds"] / 1e9)
+    assert copy["gb_per_s"] == max(m["gb_per_s"] for m in copy["methods"].values())
+    assert math.isclose(copy["roofline_mtok_s"], copy["gb_per_s"] * 1e9 / 12 / 1e6)
+
+
+@pytest.mark.slow
+def test_quick_bench_ratios_come_from_the_measured_times(quick_run):
+    r, _, _ = quick_run
+    roofline = r["copy"]["roofline_mtok_s"]
+    for row in r["results"]:
+        n = row["n_tokens"]
+        same = [x for x in r["results"] if x["divergence"] == row["divergence"] and x["n_tokens"] == n]
+        published = next(x["seconds"] for x in same if x["method"] == "published")
+        best_exact = min(x["seconds"] for x in same if x["kind"] == "exact")
+        assert row["seconds"] > 0
+        assert math.isclose(row["mtok_s"], n / row["seconds"] / 1e6)
+        assert math.isclose(row["roofline_fraction"], row["mtok_s"] / roofline)
+        assert math.isclose(row["speedup_vs_published"], published / row["seconds"])
+        assert math.isclose(row["speedup_vs_best_exact"], best_exact / row["seconds"])
+        if row["kind"] == "roofline":
+            assert math.isclose(row["seconds"], n * 12 / (r["copy"]["gb_per_s"] * 1e9))
+            assert row["max_rel_err"] is None and row["first_call_seconds"] is None
+        else:
+            assert row["first_call_seconds"] > 0 and row["calls_per_repeat"] >= 1
+
+
+@pytest.mark.slow
+def test_quick_bench_errors_are_within_the_contracts(quick_run):
+    r, _, _ = quick_run
+    for row in r["results"]:
+        if row["kind"] == "roofline":
+            continue
+        assert row["max_rel_err"] == max(row["max_rel_err_lower"], row["max_rel_err_upper"])
+        if row["kind"] == "exact":
+            assert row["contract"] == 1e-12 and row["max_rel_err"] <= 1e-12 and row["within_contract"] is True
+        elif row["kind"] == "table":
+            certified = r["tables"][row["divergence"]]["certified_max_rel_error"]
+            assert row["contract"] == certified and row["max_rel_err"] <= certified and row["within_contract"]
+        else:
+            assert row["contract"] is None and row["within_contract"] is None
+
+
+@pytest.mark.slow
+def test_quick_bench_accuracy_columns_are_recomputable(quick_run):
+    r, _, _ = quick_run
+    x = llm_like_log_probs(max(r["sizes"]), r["seed"])
     pts = _accuracy_points(x, r["accuracy_points"], r["seed"])
     exact_lo, exact_up = reference_band_log("kl", pts, r["delta"])
     lo, up = published_band(torch.from_numpy(pts), "kl", r["delta"])
     with np.errstate(divide="ignore"):
         err_lo = rel_log_error(np.log(lo.numpy()), exact_lo).max()
         err_up = rel_log_error(np.log(up.numpy()), exact_up).max()
-    row = next(row for row in r["results"] if row["divergence"] == "kl" and row["method"] == "published")
-    assert row["max_rel_err_lower"] == err_lo and row["max_rel_err_upper"] == err_up
+    for row in r["results"]:
+        if row["divergence"] == "kl" and row["method"].startswith("published"):
+            assert row["max_rel_err_lower"] == err_lo and row["max_rel_err_upper"] == err_up
+
+
+@pytest.mark.slow
+def test_quick_bench_markdown_is_generated_from_the_json(quick_run, capsys):
+    r, markdown, folder = quick_run
+    command = "bandcore " + " ".join([*QUICK, "--json", str(folder / "bench.json"), "--markdown",
+                                      str(folder / "bench.md")])  # fmt: skip
+    assert r["command"] == command and f"Command: `{command}`" in markdown
+    table = [line for line in markdown.splitlines() if line.startswith("| kl | ") and line.count("|") == 12]
+    assert len(table) == 8  # published, published 1 thread, 3 exact backends, 2 table paths, roofline
+    numba = next(line for line in table if "exact, Numba" in line).split(" | ")
+    row = next(x for x in r["results"] if (x["divergence"], x["method"], x["n_tokens"]) == ("kl", "numba", 20_000))
+    assert numba[3] == f"{row['seconds'] * 1e3:.3g}" and numba[2] == str(r["threads"])
+    assert "≤ 1.0e-12 (contract): ok" in numba[-1]
+    assert format_markdown(r) == markdown
+    again = folder / "again.md"
+    assert main(["bench", "--from-json", str(folder / "bench.json"), "--markdown", str(again)]) == 0
+    assert again.read_text() == markdown
+    assert "kl         numba" in capsys.readouterr().out
 
 
 @pytest.mark.slow

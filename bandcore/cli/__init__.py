@@ -77,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv
     try:
         args = build_parser(command).parse_args(argv)
+        args.argv = argv  # the command line as given (bench records it in its report)
         return int(args.handler(args) or 0)
     except SystemExit as done:  # argparse: --help (0) or a usage error (2), already printed
         return int(done.code or 0) if not isinstance(done.code, str) else 2

@@ -1,41 +1,54 @@
-"""``bandcore bench``: time the backends and tables against the published solver and a memory copy.
+"""``bandcore bench``: time the backends and tables against the published solver and the memory roofline.
 
-The benchmark itself is :mod:`bandcore.tools.bench`; this module parses the options and prints its report.
-torch and Numba run with the same thread count (the machine's cores unless ``--threads N``).  A progress
-bar is drawn on stderr when it is a terminal (never with ``--quiet``).
+The benchmark itself is :mod:`bandcore.tools.bench`; this module parses the options, prints the text report and
+writes the JSON (``--json``) and the Markdown generated from it (``--markdown``, with this command line).
+Numba, torch, the published solver and the copy run on the same thread count (the machine's cores unless
+``--threads N``).  A progress bar is drawn on stderr when it is a terminal (never with ``--quiet``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
+from typing import Any
 
 __all__ = ["register"]
 
 _DEFAULT_DIVERGENCES = ("kl", "tv", "pearson", "hellinger", "js")
+_DEFAULT_SIZES = (1_000_000, 10_000)
+_QUICK = dict(sizes=(20_000, 1_000), repeats=2, oracle_points=16, memory_sizes=(200_000,))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` parser and its handler."""
     p = subparsers.add_parser(
         "bench",
-        help="time the backends and tables against the published solver and a copy",
+        help="time the backends and tables against the published solver and the memory roofline",
         description=__doc__.split("\n\n")[0].replace("``", ""),
     )
-    p.add_argument("--n", type=int, default=1_000_000, help="number of float32 log-probs (default 1M)")
+    p.add_argument(
+        "--n", type=int, nargs="+", metavar="N", help="token counts to time (default: 1000000 10000, i.e. 1M and 10k)"
+    )
     p.add_argument("--delta", type=float, default=0.05, help="trust-region radius (default 0.05)")
     p.add_argument("--divergences", nargs="+", help=f"divergences to time (default {' '.join(_DEFAULT_DIVERGENCES)})")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats, best is kept (default 5)")
     p.add_argument("--oracle-points", type=int, default=256, help="points checked against mpmath (default 256)")
     p.add_argument("--seed", type=int, default=0, help="seed of the input generator (default 0)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    p.add_argument("--threads", type=int, help="threads of Numba, torch and the copy (default: the machine's cores)")
     p.add_argument(
-        "--threads", type=int, help="torch and Numba threads, the same for both (default: the machine's cores)"
-    )
-    p.add_argument("--quick", action="store_true", help="small run (20k tokens, 16 oracle points) for tests")
+        "--published-single-thread", action="store_true",
+        help="also time the published solver on 1 thread (an extra, labelled row)",
+    )  # fmt: skip
+    p.add_argument("--quick", action="store_true", help="small run (20k and 1k tokens, 16 oracle points) for tests")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
+    p.add_argument("--markdown", metavar="FILE", help="write the Markdown tables (generated from the JSON report)")
+    p.add_argument(
+        "--from-json", metavar="FILE", help="run nothing: print (and --markdown) the report saved in FILE"
+    )
     p.set_defaults(handler=_handle)
 
 
@@ -45,32 +58,53 @@ def _positive(value: int, option: str) -> int:
     return value
 
 
-def _handle(args: argparse.Namespace) -> int:
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
     from .._contract import check_delta
-    from ..tools.bench import format_report, run_bench
 
-    delta = check_delta(args.delta, "--delta")
+    settings: dict[str, Any] = dict(delta=check_delta(args.delta, "--delta"), seed=args.seed)
     if args.threads is not None:
-        _positive(args.threads, "--threads")
+        settings["threads"] = _positive(args.threads, "--threads")
     if args.quick:
-        kwargs = dict(n=20_000, repeats=2, oracle_points=16, memory_sizes=(200_000,))
-        kwargs["divergences"] = tuple(args.divergences or ("kl", "tv", "pearson"))
+        settings.update(_QUICK, divergences=tuple(args.divergences or ("kl", "tv", "pearson")))
+        if args.n:
+            settings["sizes"] = tuple(_positive(n, "--n") for n in args.n)
     else:
-        kwargs = dict(
-            n=_positive(args.n, "--n"),
+        settings.update(
+            sizes=tuple(_positive(n, "--n") for n in args.n) if args.n else _DEFAULT_SIZES,
             repeats=_positive(args.repeats, "--repeats"),
             oracle_points=_positive(args.oracle_points, "--oracle-points"),
+            memory_sizes=() if args.no_memory else (1_000_000, 10_000_000),
+            divergences=tuple(args.divergences or _DEFAULT_DIVERGENCES),
         )
-        kwargs["memory_sizes"] = () if args.no_memory else (1_000_000, 10_000_000)
-        kwargs["divergences"] = tuple(args.divergences or _DEFAULT_DIVERGENCES)
-    if args.json:  # fail before the run, not after it
-        parent = Path(args.json).resolve().parent
-        if not parent.is_dir():
-            raise FileNotFoundError(f"--json: directory {parent} does not exist")
-    report = run_bench(
-        delta=delta, seed=args.seed, threads=args.threads, progress=False if args.quiet else None, **kwargs
-    )
+    if args.quick and args.no_memory:
+        settings["memory_sizes"] = ()
+    settings["published_single_thread"] = args.published_single_thread
+    return settings
+
+
+def _check_folder(path: str | None, option: str) -> None:
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise FileNotFoundError(f"{option}: directory {Path(path).resolve().parent} does not exist")
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from ..tools.bench_report import format_markdown, format_report
+
+    for path, option in ((args.json, "--json"), (args.markdown, "--markdown")):
+        _check_folder(path, option)  # fail before the run, not after it
+    if args.from_json:
+        text = Path(args.from_json).read_text(encoding="utf-8")
+    else:
+        from ..tools.bench import run_bench
+
+        settings = _settings(args)
+        command = shlex.join(["bandcore", *getattr(args, "argv", ["bench"])])
+        report = run_bench(progress=False if args.quiet else None, command=command, **settings)
+        text = json.dumps(report, indent=2, allow_nan=False) + "\n"
+        if args.json:
+            Path(args.json).write_text(text, encoding="utf-8")
+    report = json.loads(text)  # the text and the Markdown are rendered from the JSON, as saved
     print(format_report(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+    if args.markdown:
+        Path(args.markdown).write_text(format_markdown(report), encoding="utf-8")
     return 0

@@ -1,58 +1,67 @@
-r"""``bandcore bench``: our Band solvers side by side with the published solver and a memory copy.
+r"""``bandcore bench``: our Band solvers side by side with the published solver and the memory roofline.
 
-One process, one run.  On :math:`n` float32 log-probabilities drawn like LLM tokens (:func:`llm_like_log_probs`)
-it times, best of ``repeats`` calls with the first call (imports, Numba compilation or cache load) excluded and
-reported separately:
+One process, one run.  On float32 log-probabilities drawn like LLM tokens (:func:`llm_like_log_probs`), at each
+size in ``sizes`` (default 1M tokens, and 10k where per-call overhead dominates), it times every
+:class:`~bandcore.tools.bench_methods.Method` of each divergence: the published BandPO solver (bisection, 50
+iterations, host-side checks), the exact solver on the ``numpy``, ``numba`` and ``torch`` backends, and the
+certified lookup table.  Each time is the best per-call time of ``repeats`` repeats, the first call (imports,
+Numba compilation or cache load) excluded and reported (:func:`~bandcore.tools.bench_timing.time_call`).
 
-* the published BandPO solver (:mod:`bandcore.tools.published`: bisection, 50 iterations, host-side checks);
-* each backend of the one solver through the public function, ``band_log(x, div, delta, backend=b)`` for
-  ``b`` in ``numpy``, ``numba``, ``torch``, and the lookup-table path (:class:`bandcore.BandTable`,
-  NumPy/Numba and torch) for each divergence;
-* a plain copy of the input (the memory roofline).  A Band evaluation must read the input and write two
-  outputs, so at the copy's bandwidth :math:`B` (bytes moved per second, read + write) it can reach at most
-  :math:`B / (3 \cdot \mathrm{itemsize})` tokens per second; ``roofline_fraction`` is the measured rate over
-  that bound.
+**Roofline.**  A Band evaluation reads the input and writes two outputs, so at the out-of-cache copy bandwidth
+:math:`B` (:func:`~bandcore.tools.bench_timing.copy_roofline`: arrays >= 4x the last-level cache) it can reach
+at most :math:`B / (3 \cdot \mathrm{itemsize})` tokens per second.  Every row has ``roofline_fraction`` (its
+rate over that bound), ``speedup_vs_published`` and ``speedup_vs_best_exact`` (time ratios at the same size),
+computed from the times in the report; a ``roofline`` row per divergence and size gives the bound as a time.
 
-Accuracy is measured on a subsample (quantiles of the input plus log-uniform points over its range) against
-the 50-digit mpmath oracle, always with float64 inputs so the solver's error is not hidden by float32
-rounding, as :math:`|\Delta \log r| / \max(1, |\log r|)` (the numerical contract's measure; it is the
-relative error of the ratio whenever :math:`e^{-1} \le r \le e`).
+**Threads.**  Numba, torch (the published solver, the torch backend), the table kernels and the torch and Numba
+copies all run on the same number of threads, the machine's cores unless ``threads`` is given; the NumPy backend
+and NumPy's copy are single-threaded.  Each row states its thread count.  ``published_single_thread`` adds the
+published solver on one thread as an extra row, ``published-1t``.
 
-Threads: torch (the published solver, the torch backend, the torch table path, the copy) and Numba run with
-the same number of threads, the machine's cores unless ``threads`` is given, so the comparison with the
-published solver is like for like.  The count is in the report (``threads``) and restored afterwards.
+**Accuracy** is measured on a subsample (quantiles of the largest input plus log-uniform points over its range)
+against the 50-digit mpmath oracle, with float64 inputs so the solver's error is not hidden by float32
+rounding, as :math:`|\Delta \log r| / \max(1, |\log r|)` (the numerical contract's measure), and compared with
+each method's contract (``contract``, ``within_contract``).  A non-finite error (a NaN or infinitely wrong
+bound) is ``None``.
 
-Peak memory is measured in a fresh subprocess per (method, size): ``/proc/self/clear_refs`` resets the
-resident-set high-water mark after the input is built and the method warmed up, and the peak of ``VmHWM``
-over the resident size before the call is what the call allocated (tracemalloc cannot see Numba's or
-torch's allocations).  Tests never assert a time; they run ``--quick``.
+**Peak memory** is measured in a fresh subprocess per (method, size) (:mod:`bandcore.tools.bench_memory`).
+Tests never assert a time; they run ``--quick``.
 """
 
 from __future__ import annotations
 
+import datetime
+import math
 import os
 import platform
-import sys
-import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .._progress import progress as progress_bar
 from ..tables import rel_log_error
 from .bench_memory import _get_threads, _measure_memory, _resolve_threads, _set_threads
-from .bench_report import format_report
+from .bench_methods import Method, method_count, methods_for
+from .bench_report import format_markdown, format_report
+from .bench_timing import copy_roofline, time_call
 
-__all__ = ["format_report", "llm_like_log_probs", "rel_log_error", "run_bench"]
+__all__ = ["format_markdown", "format_report", "llm_like_log_probs", "rel_log_error", "run_bench"]
 
-_DEFAULT_DIVERGENCES = ("kl", "tv", "pearson", "hellinger", "js")
-_BACKENDS = ("numpy", "numba", "torch")
+DEFAULT_DIVERGENCES = ("kl", "tv", "pearson", "hellinger", "js")
+DEFAULT_SIZES = (1_000_000, 10_000)
 _MEMORY_METHODS = ("numba", "torch", "table")
-_TABLE_METHODS = ("table", "table-torch")
+#: How :func:`llm_like_log_probs` draws the inputs, in one line for the report.
+GENERATOR = (
+    "log-uniform mixture like sampled LLM tokens: 75 % with 1 - p in [1e-7, 0.1], 20 % with p in [1e-3, 0.9], "
+    "5 % with p in [1e-10, 1e-3]"
+)
+#: Each timed repeat runs back-to-back calls for at least this long.
+MIN_REPEAT_SECONDS = 0.02
 
 
 # --------------------------------------------------------------------------------------------------------
-# Inputs and the error measure
+# Inputs
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -87,143 +96,6 @@ def _accuracy_points(x: np.ndarray, m: int, seed: int) -> np.ndarray:
     return np.sort(np.concatenate([quantiles, spread]).astype(np.float32).astype(np.float64))
 
 
-# --------------------------------------------------------------------------------------------------------
-# Methods: name -> (callable on the float32 input returning two arrays/tensors, one on float64 points -> logs)
-# --------------------------------------------------------------------------------------------------------
-
-
-def _to_numpy(value) -> np.ndarray:
-    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-
-
-def _published_methods(divergence: str, delta: float) -> dict[str, tuple[Callable, Callable]]:
-    import torch
-
-    from .published import PUBLISHED_DIVERGENCES, published_band
-
-    if divergence not in PUBLISHED_DIVERGENCES:
-        return {}
-
-    def timed(x):
-        return published_band(x, divergence, delta)
-
-    def logs(points):
-        lower, upper = published_band(torch.from_numpy(points), divergence, delta)
-        with np.errstate(divide="ignore"):  # a lower bound of 0 is log r = -inf
-            return np.log(lower.numpy()), np.log(upper.numpy())
-
-    return {"published": (timed, logs, "torch")}
-
-
-def _backend_methods(divergence: str, delta: float, backends) -> dict[str, tuple[Callable, Callable, str]]:
-    """``band_log(..., backend=b)`` for each backend: the public function, its checks included."""
-    import torch
-
-    from ..band import band_log
-
-    methods = {}
-    for backend in backends:
-        kind = "torch" if backend == "torch" else "numpy"
-
-        def timed(x, backend=backend):
-            return band_log(x, divergence, delta, backend=backend)
-
-        def logs(points, backend=backend, kind=kind):
-            arg = torch.from_numpy(points) if kind == "torch" else points
-            return tuple(_to_numpy(v) for v in band_log(arg, divergence, delta, backend=backend))
-
-        methods[backend] = (timed, logs, kind)
-    return methods
-
-
-def _table_methods(divergence: str, delta: float) -> tuple[dict[str, tuple[Callable, Callable, str]], dict]:
-    import torch
-
-    from ..tables import BandTable
-
-    start = time.perf_counter()
-    try:
-        table = BandTable.shipped(divergence, delta)
-        origin = "shipped"
-    except FileNotFoundError:
-        table = BandTable.build(divergence, delta)
-        origin = "built"
-    info = {
-        "origin": origin,
-        "seconds": time.perf_counter() - start,
-        "knots": int(table.n_knots),
-        "certified_max_rel_error": table.max_rel_error,
-    }
-
-    def logs_numpy(points):
-        return table.log(points)
-
-    def logs_torch(points):
-        return tuple(v.numpy() for v in table.log(torch.from_numpy(points)))
-
-    paths = ((table.log, logs_numpy, "numpy"), (table.log, logs_torch, "torch"))
-    methods = dict(zip(_TABLE_METHODS, paths, strict=True))
-    return methods, info
-
-
-# --------------------------------------------------------------------------------------------------------
-# Timing
-# --------------------------------------------------------------------------------------------------------
-
-
-def _time(fn: Callable, arg, repeats: int) -> tuple[float, float]:
-    """(first call seconds, best of ``repeats`` further calls)."""
-    start = time.perf_counter()
-    fn(arg)
-    first = time.perf_counter() - start
-    best = np.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn(arg)
-        best = min(best, time.perf_counter() - start)
-    return first, best
-
-
-def _copy_roofline(x: np.ndarray, x_torch, repeats: int) -> dict[str, Any]:
-    """Bandwidth of a plain allocating copy (NumPy and torch); the faster sets the roofline."""
-    out: dict[str, Any] = {}
-    moved = 2 * x.nbytes  # read + write
-    for name, fn, arg in (("numpy", np.copy, x), ("torch", lambda t: t.clone(), x_torch)):
-        _, best = _time(fn, arg, max(repeats, 5))
-        out[name] = {"seconds": best, "gb_per_s": moved / best / 1e9}
-    bandwidth = max(out["numpy"]["gb_per_s"], out["torch"]["gb_per_s"]) * 1e9
-    out["bytes_per_token"] = 3 * x.itemsize  # input + two outputs
-    out["roofline_mtok_s"] = bandwidth / out["bytes_per_token"] / 1e6
-    return out
-
-
-# --------------------------------------------------------------------------------------------------------
-# Peak memory (fresh subprocess per measurement)
-# --------------------------------------------------------------------------------------------------------
-
-
-class _Progress:
-    """A tqdm bar on stderr (when ``enabled`` and tqdm is installed), otherwise nothing."""
-
-    def __init__(self, total: int, enabled: bool | None):
-        if enabled is None:
-            enabled = sys.stderr.isatty()
-        self._bar = None
-        if enabled:
-            try:
-                from tqdm import tqdm
-            except ImportError:
-                return
-            self._bar = tqdm(total=total, desc="bench", unit="step", file=sys.stderr, leave=False)
-
-    def step(self, message: str, count: int = 1) -> None:
-        if self._bar is not None:
-            self._bar.set_postfix_str(message, refresh=False)
-            self._bar.update(count)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -232,118 +104,199 @@ class _Progress:
 
 
 def run_bench(
-    n: int = 1_000_000,
+    sizes: int | Sequence[int] = DEFAULT_SIZES,
     *,
-    divergences: tuple[str, ...] = _DEFAULT_DIVERGENCES,
+    divergences: Sequence[str] = DEFAULT_DIVERGENCES,
     delta: float = 0.05,
     repeats: int = 5,
     oracle_points: int = 256,
-    memory_sizes: tuple[int, ...] = (1_000_000, 10_000_000),
+    memory_sizes: Sequence[int] = (1_000_000, 10_000_000),
     seed: int = 0,
     threads: int | None = None,
+    published_single_thread: bool = False,
     progress: bool | None = None,
+    command: str | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and return everything as a JSON-serialisable dict (see the module docstring).
 
-    ``threads``: torch and Numba threads (default: the machine's cores).  ``progress``: a tqdm bar on stderr;
-    ``None`` shows it when stderr is a terminal, ``False`` never.
+    ``sizes``: token counts timed (default 1M and 10k).  ``threads``: the thread count of Numba and torch
+    (default: the machine's cores), restored afterwards.  ``progress``: a bar on stderr; ``None`` draws it when
+    stderr is a terminal, ``False`` never.  ``command``: how the run was started, recorded in the report and
+    its Markdown (default: this call).
     """
+    sizes = tuple(dict.fromkeys(int(n) for n in ((sizes,) if isinstance(sizes, int) else sizes)))
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"sizes must be positive token counts, got {sizes!r}")
     threads = _resolve_threads(threads)
+    if command is None:
+        command = (
+            f"bandcore.tools.bench.run_bench(sizes={sizes}, divergences={tuple(divergences)}, delta={delta}, "
+            f"repeats={repeats}, oracle_points={oracle_points}, memory_sizes={tuple(memory_sizes)}, seed={seed}, "
+            f"threads={threads}, published_single_thread={published_single_thread})"
+        )
+    steps = sum(1 + method_count(d, published_single_thread) * len(sizes) for d in divergences)
+    steps += 1 + len(memory_sizes) * len(_MEMORY_METHODS)
     saved = _get_threads()
-    from .published import PUBLISHED_DIVERGENCES
-
-    per_divergence = [1 + (d in PUBLISHED_DIVERGENCES) + len(_BACKENDS) + len(_TABLE_METHODS) for d in divergences]
-    steps = sum(per_divergence) + len(memory_sizes) * len(_MEMORY_METHODS)
-    bar = _Progress(steps, progress)
     try:
         _set_threads(threads)
-        return _run(n, divergences, delta, repeats, oracle_points, memory_sizes, seed, threads, bar)
+        with progress_bar(total=steps, desc="bench", unit="step", enabled=progress) as bar:
+            settings = dict(
+                sizes=sizes, divergences=tuple(divergences), delta=delta, repeats=repeats, seed=seed,
+                threads=threads, published_single_thread=published_single_thread, command=command,
+            )  # fmt: skip
+            report, inputs, points = _setup(settings, oracle_points, bar)
+            for divergence in divergences:
+                _bench_divergence(report, divergence, inputs, points, bar)
+            report["memory"] = []
+            for size in memory_sizes:
+                for method in _MEMORY_METHODS:
+                    bar.set_postfix_str(f"memory: {method} at {size:,}")
+                    report["memory"].append(_measure_memory(method, "kl", delta, size, threads))
+                    bar.update(1)
     finally:
-        bar.close()
         _set_threads(*saved)
+    return report
 
 
-def _run(n, divergences, delta, repeats, oracle_points, memory_sizes, seed, threads, bar) -> dict[str, Any]:
+def _setup(settings: dict[str, Any], oracle_points: int, bar: Any) -> tuple[dict[str, Any], dict, np.ndarray]:
+    """The report's header and the copy roofline; the inputs (size -> float32 array) and accuracy points."""
     import torch
 
     from .. import __version__
-    from ..oracle import reference_band_log
 
     torch_threads, numba_threads = _get_threads()
-    x = llm_like_log_probs(n, seed)
-    x_torch = torch.from_numpy(x)
-    points = _accuracy_points(x, oracle_points, seed)
+    bar.set_postfix_str("copy roofline")
+    copy = copy_roofline(settings["threads"], settings["repeats"])
+    bar.update(1)
+    inputs = {n: llm_like_log_probs(n, settings["seed"]) for n in settings["sizes"]}
+    points = _accuracy_points(inputs[max(inputs)], oracle_points, settings["seed"])
+    numba_version = None
+    if numba_threads is not None:
+        import numba
+
+        numba_version = numba.__version__
     report: dict[str, Any] = {
         "bandcore_version": __version__,
+        "command": settings.pop("command"),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {
             "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
             "python": platform.python_version(),
             "cpu_count": os.cpu_count(),
             "torch": torch.__version__,
+            "numba": numba_version,
+            "numpy": np.__version__,
             "torch_threads": torch_threads,
             "numba_threads": numba_threads,
-            "numpy": np.__version__,
             "gpu": "not used (CPU run)",
         },
-        "n_tokens": n,
+        **settings,
         "dtype": "float32",
-        "delta": delta,
-        "seed": seed,
-        "repeats": repeats,
-        "threads": threads,
-        "generator": llm_like_log_probs.__doc__.strip().splitlines()[0],
+        "thread_note": (
+            f"Numba, torch (published solver, torch backend), the table kernels and the torch/Numba copies on "
+            f"{settings['threads']} thread(s); the NumPy backend and NumPy's copy are single-threaded"
+        ),
+        "timing": (
+            f"best per-call time of {settings['repeats']} repeats, each of back-to-back calls lasting "
+            f">= {MIN_REPEAT_SECONDS * 1e3:g} ms; the first call is excluded (first_call_seconds)"
+        ),
+        "generator": GENERATOR,
         "accuracy_points": len(points),
         "accuracy_measure": "max |Δ log r| / max(1, |log r|) vs the mpmath oracle (50 digits), float64 inputs",
-        "copy": _copy_roofline(x, x_torch, repeats),
+        "copy": copy,
         "results": [],
         "tables": {},
         "unavailable": {},
     }
-    roofline = report["copy"]["roofline_mtok_s"]
-    for divergence in divergences:
-        exact_lo, exact_up = reference_band_log(divergence, points, delta)
-        bar.step(f"{divergence}: oracle")
-        methods: dict[str, tuple[Callable, Callable, str]] = {}
-        methods.update(_published_methods(divergence, delta))
-        methods.update(_backend_methods(divergence, delta, _BACKENDS))
+    return report, inputs, points
+
+
+def _error(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _accuracy(method: Method, points: np.ndarray, exact: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
+    approx_lo, approx_up = method.logs(points)
+    err_lo = _error(rel_log_error(approx_lo, exact[0]).max())
+    err_up = _error(rel_log_error(approx_up, exact[1]).max())
+    worst = None if err_lo is None or err_up is None else max(err_lo, err_up)
+    within = None if method.contract is None else worst is not None and worst <= method.contract
+    return {
+        "max_rel_err_lower": err_lo,
+        "max_rel_err_upper": err_up,
+        "max_rel_err": worst,
+        "contract": method.contract,
+        "within_contract": within,
+    }
+
+
+def _time_method(method: Method, arg: Any, repeats: int) -> dict[str, Any]:
+    if method.torch_threads is None:
+        return time_call(lambda: method.timed(arg), repeats, MIN_REPEAT_SECONDS)
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(method.torch_threads)
+    try:
+        return time_call(lambda: method.timed(arg), repeats, MIN_REPEAT_SECONDS)
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _bench_divergence(
+    report: dict[str, Any], divergence: str, inputs: dict[int, np.ndarray], points: np.ndarray, bar: Any
+) -> None:
+    """Time every method of ``divergence`` at every size and measure its accuracy; rows go to ``report``."""
+    import torch
+
+    from ..oracle import reference_band_log
+
+    delta = report["delta"]
+    bar.set_postfix_str(f"{divergence}: oracle, tables")
+    exact = reference_band_log(divergence, points, delta)
+    methods, table_info, unavailable = methods_for(
+        divergence, delta, report["threads"], published_single_thread=report["published_single_thread"]
+    )
+    report["unavailable"].update(unavailable)
+    if table_info is not None:
+        report["tables"][divergence] = table_info
+    bar.update(1 + (method_count(divergence, report["published_single_thread"]) - len(methods)) * len(inputs))
+    for method in methods:
+        bar.set_postfix_str(f"{divergence}: {method.name}")
         try:
-            table_methods, info = _table_methods(divergence, delta)
-            methods.update(table_methods)
-            report["tables"][divergence] = info
-        except (ImportError, ValueError) as err:
-            report["unavailable"][f"table:{divergence}"] = str(err)
-            bar.step(f"{divergence}: no table", len(_TABLE_METHODS))
-        published_seconds = None
-        for name, (timed, logs, kind) in methods.items():
-            bar.step(f"{divergence}: {name}")
-            try:
-                first, best = _time(timed, x_torch if kind == "torch" else x, repeats)
-                approx_lo, approx_up = logs(points)
-            except (ImportError, ValueError, TypeError) as err:  # a backend not (yet) available
-                report["unavailable"][f"{divergence}:{name}"] = f"{type(err).__name__}: {err}"
-                continue
-            err_lo = rel_log_error(approx_lo, exact_lo)
-            err_up = rel_log_error(approx_up, exact_up)
-            if name == "published":
-                published_seconds = best
-            mtok_s = n / best / 1e6
-            report["results"].append(
-                {
-                    "divergence": divergence,
-                    "method": name,
-                    "seconds": best,
-                    "first_call_seconds": first,
-                    "mtok_s": mtok_s,
-                    "speedup_vs_published": None if published_seconds is None else published_seconds / best,
-                    "roofline_fraction": mtok_s / roofline,
-                    "max_rel_err_lower": float(err_lo.max()),
-                    "max_rel_err_upper": float(err_up.max()),
-                    "max_rel_err": float(max(err_lo.max(), err_up.max())),
-                }
-            )
-    report["memory"] = []
-    for size in memory_sizes:
-        for method in _MEMORY_METHODS:
-            bar.step(f"memory: {method} at {size:,}")
-            report["memory"].append(_measure_memory(method, "kl", delta, size, threads))
-    return report
+            accuracy = _accuracy(method, points, exact)
+        except (ImportError, ValueError, TypeError) as err:  # a backend not available here
+            report["unavailable"][f"{divergence}:{method.name}"] = f"{type(err).__name__}: {err}"
+            bar.update(len(inputs))
+            continue
+        for n, x in inputs.items():
+            timing = _time_method(method, torch.from_numpy(x) if method.torch_input else x, report["repeats"])
+            row = {"n_tokens": n, "divergence": divergence, "method": method.name, "kind": method.kind}
+            report["results"].append({**row, "threads": method.threads, **timing, **accuracy})
+            bar.update(1)
+    for n in inputs:
+        _add_ratios(report, divergence, n)
+
+
+def _add_ratios(report: dict[str, Any], divergence: str, n: int) -> None:
+    """The roofline row and every row's ratios at (divergence, n), from the times in the report."""
+    rows = [r for r in report["results"] if r["divergence"] == divergence and r["n_tokens"] == n]
+    roofline = report["copy"]["roofline_mtok_s"]
+    rows.append(
+        {
+            "n_tokens": n, "divergence": divergence, "method": "roofline", "kind": "roofline",
+            "threads": report["threads"], "seconds": n / (roofline * 1e6), "first_call_seconds": None,
+            "calls_per_repeat": None, "max_rel_err_lower": None, "max_rel_err_upper": None, "max_rel_err": None,
+            "contract": None, "within_contract": None,
+        }
+    )  # fmt: skip
+    report["results"].append(rows[-1])
+    published = next((r["seconds"] for r in rows if r["method"] == "published"), None)
+    exact = [r["seconds"] for r in rows if r["kind"] == "exact"]
+    best_exact = min(exact) if exact else None
+    for row in rows:
+        row["mtok_s"] = n / row["seconds"] / 1e6
+        row["roofline_fraction"] = row["mtok_s"] / roofline
+        row["speedup_vs_published"] = None if published is None else published / row["seconds"]
+        row["speedup_vs_best_exact"] = None if best_exact is None else best_exact / row["seconds"]

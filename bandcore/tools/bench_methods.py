@@ -1,0 +1,143 @@
+r"""What ``bandcore bench`` times: one :class:`Method` per way of computing the Band of one divergence.
+
+* ``published``: the published BandPO solver (:mod:`bandcore.tools.published`, torch), on the run's threads;
+  ``published-1t`` is the same on one torch thread (an extra row, only when asked for);
+* ``numpy``, ``numba``, ``torch``: the exact solver through the public function, ``band_log(x, div, delta,
+  backend=b)`` (its argument checks included).  NumPy is single-threaded; Numba and torch use the run's threads;
+* ``table``, ``table-torch``: the certified lookup table (:class:`bandcore.BandTable`, the shipped one when
+  there is one) on a NumPy array and on a CPU tensor; both run its Numba kernel on the run's threads.
+
+Each method has a timed callable (float32 input) and a float64 one whose error against the mpmath oracle is the
+row's accuracy, and the contract that error must meet: :data:`EXACT_CONTRACT` for the exact backends, the
+table's certificate for a table, none for the published solver.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["BACKENDS", "EXACT_CONTRACT", "TABLE_METHODS", "Method", "methods_for"]
+
+#: The numerical contract of the exact solver (docs/math.md §9): |Δ log r| <= 1e-12 · max(1, |log r|).
+EXACT_CONTRACT = 1e-12
+BACKENDS = ("numpy", "numba", "torch")
+TABLE_METHODS = ("table", "table-torch")
+
+
+@dataclass(frozen=True)
+class Method:
+    """One timed way of computing the Band (see the module docstring for the names)."""
+
+    name: str
+    kind: str  # "published", "exact" or "table"
+    threads: int  # threads it runs on (NumPy: 1)
+    timed: Callable[[Any], Any]  # on the float32 input (a tensor when torch_input)
+    logs: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # (log lower, log upper) on float64 points
+    torch_input: bool
+    contract: float | None  # the largest error allowed (None: no contract)
+    torch_threads: int | None = None  # run with torch on this many threads instead of the run's
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
+
+def _published(divergence: str, delta: float, threads: int, single_thread: bool) -> list[Method]:
+    import torch
+
+    from .published import PUBLISHED_DIVERGENCES, published_band
+
+    if divergence not in PUBLISHED_DIVERGENCES:
+        return []
+
+    def timed(x: Any) -> Any:
+        return published_band(x, divergence, delta)
+
+    def logs(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lower, upper = published_band(torch.from_numpy(points), divergence, delta)
+        with np.errstate(divide="ignore"):  # a lower bound of 0 is log r = -inf
+            return np.log(lower.numpy()), np.log(upper.numpy())
+
+    methods = [Method("published", "published", threads, timed, logs, True, None)]
+    if single_thread:
+        methods.append(Method("published-1t", "published", 1, timed, logs, True, None, torch_threads=1))
+    return methods
+
+
+def _exact(divergence: str, delta: float, threads: int) -> list[Method]:
+    import torch
+
+    from ..band import band_log
+
+    methods = []
+    for backend in BACKENDS:
+        torch_input = backend == "torch"
+
+        def timed(x: Any, backend: str = backend) -> Any:
+            return band_log(x, divergence, delta, backend=backend)
+
+        def logs(points: np.ndarray, backend: str = backend, torch_input: bool = torch_input):
+            arg = torch.from_numpy(points) if torch_input else points
+            lower, upper = band_log(arg, divergence, delta, backend=backend)
+            return _to_numpy(lower), _to_numpy(upper)
+
+        used = 1 if backend == "numpy" else threads
+        methods.append(Method(backend, "exact", used, timed, logs, torch_input, EXACT_CONTRACT))
+    return methods
+
+
+def _tables(divergence: str, delta: float, threads: int) -> tuple[list[Method], dict[str, Any]]:
+    import torch
+
+    from ..tables import BandTable
+
+    start = time.perf_counter()
+    try:
+        table, origin = BandTable.shipped(divergence, delta), "shipped"
+    except FileNotFoundError:
+        table, origin = BandTable.build(divergence, delta), "built"
+    info = {
+        "origin": origin,
+        "seconds": time.perf_counter() - start,
+        "knots": int(table.n_knots),
+        "certified_max_rel_error": table.max_rel_error,
+    }
+
+    def logs_torch(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lower, upper = table.log(torch.from_numpy(points))
+        return lower.numpy(), upper.numpy()
+
+    certified = table.max_rel_error
+    methods = [
+        Method("table", "table", threads, table.log, table.log, False, certified),
+        Method("table-torch", "table", threads, table.log, logs_torch, True, certified),
+    ]
+    return methods, info
+
+
+def methods_for(
+    divergence: str, delta: float, threads: int, *, published_single_thread: bool = False
+) -> tuple[list[Method], dict[str, Any] | None, dict[str, str]]:
+    """(methods, table info or None, unavailable: what could not be set up and why) for one divergence."""
+    unavailable: dict[str, str] = {}
+    methods = _published(divergence, delta, threads, published_single_thread) + _exact(divergence, delta, threads)
+    info = None
+    try:
+        tables, info = _tables(divergence, delta, threads)
+        methods += tables
+    except (ImportError, ValueError) as err:
+        unavailable[f"table:{divergence}"] = f"{type(err).__name__}: {err}"
+    return methods, info, unavailable
+
+
+def method_count(divergence: str, published_single_thread: bool) -> int:
+    """How many methods :func:`methods_for` returns for ``divergence`` when every one is available."""
+    from .published import PUBLISHED_DIVERGENCES
+
+    published = (1 + published_single_thread) if divergence in PUBLISHED_DIVERGENCES else 0
+    return published + len(BACKENDS) + len(TABLE_METHODS)
