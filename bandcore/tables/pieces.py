@@ -21,6 +21,19 @@ from :math:`\partial_r g = p[\tilde f'(r) - \tilde f'(s)]`,
 Tables interpolate in :math:`L = -\log p`; since :math:`dx/dL = -1/(1-p)`,
 
 .. math::  \frac{dy}{dL} = -\frac{1}{1-p}\,\frac{dy}{dx}, \qquad 1 - p = -\mathrm{expm1}(-L).
+
+**Above r = 1** (upper bounds) the token's term is evaluated as :math:`p\,A(y) = q\,\Phi(r)` with
+:math:`q = e^{y + \log p} \le 1` and :math:`\Phi(u) = \tilde f(u)/u`, and the slope with numerator and
+denominator divided by :math:`e^y`,
+
+.. math::  \frac{dy}{dx} = -\frac{(1-p)\,[\Phi(r) - e^{-y}T(t_s)] + T'(t_s)\,\mathrm{expm1}(-y)}
+           {\tilde f'(r) - T'(t_s)},
+
+where :math:`\Phi` and :math:`\tilde f'` are the solvers' cancellation- and overflow-free forms
+(:func:`bandcore.derive.kernel_functions.side_callables`, with a branch in :math:`1/u` for :math:`u > 2`).
+The closed form :math:`A(y)` overflows long before :math:`q\Phi(r)` does: Le Cam's
+:math:`\mathrm{expm1}(y)^2/(e^y + 1)` is infinite for :math:`y > 355` although :math:`r_{up} \approx q_0/p`
+needs :math:`y` up to 680, so a root there was found where :math:`g_f` read ``inf`` instead of :math:`\le\delta`.
 """
 
 from __future__ import annotations
@@ -51,24 +64,30 @@ def log_p_of_x(x: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class GeneratorPieces:
-    """Vectorised :math:`A, B, T, T'` of one divergence (see the module docstring) and :math:`\\tilde f(0)`."""
+    r"""Vectorised :math:`A, B, T, T'` of one divergence (see the module docstring), :math:`\tilde f(0)`, and
+    :math:`\Phi(u) = \tilde f(u)/u`, :math:`\tilde f'(u)` for :math:`u \ge 1` as functions of
+    ``(u - 1, log u, u)``."""
 
     A: Callable
     B: Callable
     T: Callable
     Tp: Callable
     f_at_zero: float
+    phi_r: Callable
+    dphi_r: Callable
 
     def g(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """:math:`g_f(p, e^y)` at :math:`x = \\operatorname{logit} p`; ``y = -inf`` is r = 0."""
+        r""":math:`g_f(p, e^y)` at :math:`x = \operatorname{logit} p`; ``y = -inf`` is r = 0."""
         with np.errstate(all="ignore"):
-            p, one_minus_p = np.exp(log_p_of_x(x)), np.exp(log_p_of_x(-x))
+            log_p = log_p_of_x(x)
+            p, one_minus_p = np.exp(log_p), np.exp(log_p_of_x(-x))
             t_s = np.maximum(-np.exp(x) * np.expm1(y), -1.0)  # s - 1 = -(p/(1-p))·expm1(y), s >= 0
-            a = np.where(np.isneginf(y), self.f_at_zero, self.A(y))
-            return p * a + one_minus_p * self.T(t_s)
+            below = p * np.where(np.isneginf(y), self.f_at_zero, self.A(np.minimum(y, 0.0)))
+            above = np.exp(y + log_p) * self.phi_r(np.expm1(y), y, np.exp(y))  # p·A(y) = q·Φ(r)
+            return np.where(y > 0, above, below) + one_minus_p * self.T(t_s)
 
     def dy_dx(self, x: np.ndarray, y: np.ndarray, kink: np.ndarray | bool = False) -> np.ndarray:
-        """Slope of a root :math:`y = \\log r(x)` of :math:`g_f = \\delta` (implicit differentiation).
+        r"""Slope of a root :math:`y = \log r(x)` of :math:`g_f = \delta` (implicit differentiation).
 
         Where ``kink`` is true the point is the saturation threshold itself and the slope is the unsaturated
         branch's (one-sided), not the saturated :math:`-(1-p)`.
@@ -78,17 +97,19 @@ class GeneratorPieces:
             em1 = np.expm1(y)
             t_s = np.maximum(-np.exp(x) * em1, -1.0)
             tp = self.Tp(t_s)
-            num = one_minus_p * (self.A(y) - self.T(t_s)) - tp * em1
-            b = self.B(y)
-            # B(y) = e^y f'(e^y) = e^y T'(expm1 y): the second form where the first overflows (e^y·e^y terms)
-            b = np.where(np.isfinite(b), b, np.exp(y) * self.Tp(em1))
-            slope = -num / (b - np.exp(y) * tp)
+            y0 = np.minimum(y, 0.0)
+            below = -(one_minus_p * (self.A(y0) - self.T(t_s)) - tp * np.expm1(y0)) / (self.B(y0) - np.exp(y0) * tp)
+            # above r = 1: numerator and denominator divided by e^y (no e^y·e^y overflow)
+            e_neg = np.exp(-y)
+            num = one_minus_p * (self.phi_r(em1, y, np.exp(y)) - e_neg * self.T(t_s)) + tp * np.expm1(-y)
+            above = -num / (self.dphi_r(em1, y, np.exp(y)) - tp)
+            slope = np.where(y > 0, above, below)
             # s = 0 to double precision (t_s = -1): y = -log p to the last bit, so dy/dx = -(1-p)
             return np.where((t_s <= -1.0) & ~np.asarray(kink, dtype=bool), -one_minus_p, slope)
 
     def dr_dx(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Slope of a root in ratio form, :math:`dr/dx = -(1-p)\\,\\partial_p g / (p^{-1}\\partial_r g)`; valid at
-        r = 0 (``y = -inf``), with :math:`r - 1 = \\mathrm{expm1}(y)` exact near r = 1."""
+        r"""Slope of a root in ratio form, :math:`dr/dx = -(1-p)\,\partial_p g / (p^{-1}\partial_r g)`; valid at
+        r = 0 (``y = -inf``), with :math:`r - 1 = \mathrm{expm1}(y)` exact near r = 1 (lower bounds: r <= 1)."""
         with np.errstate(all="ignore"):
             one_minus_p = np.exp(log_p_of_x(-x))
             r_minus_1 = np.expm1(y)
@@ -98,7 +119,7 @@ class GeneratorPieces:
             return -num / (self.Tp(r_minus_1) - tp)
 
     def slope_in_L(self, L: np.ndarray, y: np.ndarray, ratio: bool = False, kink=False) -> np.ndarray:
-        """:math:`dy/dL` (or :math:`dr/dL` with ``ratio``) of a root at :math:`L = -\\log p`, from the x-slopes
+        r""":math:`dy/dL` (or :math:`dr/dL` with ``ratio``) of a root at :math:`L = -\log p`, from the x-slopes
         (``kink``: see :meth:`dy_dx`)."""
         x = x_of_log_p(-np.asarray(L, dtype=np.float64))
         with np.errstate(all="ignore"):
@@ -113,9 +134,12 @@ def pieces(divergence: str | Divergence) -> GeneratorPieces:
 
 @lru_cache(maxsize=64)
 def _pieces(div: Divergence) -> GeneratorPieces:
-    from ..derive.table_pieces import table_pieces  # SymPy: only when a table is built or checked
+    from ..derive.kernel_functions import side_callables  # SymPy: only when a table is built or checked
+    from ..derive.table_pieces import table_pieces
+    from ..kernels.ops import numpy_ops
 
-    return GeneratorPieces(*table_pieces(div))
+    side = side_callables(div, numpy_ops)
+    return GeneratorPieces(*table_pieces(div), phi_r=side["phi_r"], dphi_r=side["dphi_r"])
 
 
 def saturation_threshold(divergence: str | Divergence, delta: float, side: str, L_range: tuple[float, float]):
