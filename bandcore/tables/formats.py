@@ -23,6 +23,7 @@ import csv
 import hashlib
 import io
 import json
+import re
 import zipfile
 from importlib.resources import files
 from pathlib import Path
@@ -33,7 +34,7 @@ import numpy as np
 from .limits import MAX_FILE_BYTES, MAX_KNOTS, MAX_KNOTS_2D, MAX_METADATA_BYTES, MAX_NODES, MAX_OCTAVES
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SHIPPED_DIR", "SUFFIXES", "TableFileError", "array_limit", "checksum",
-           "read_table", "shipped_name", "write_table"]  # fmt: skip
+           "file_stem", "read_table", "shipped_name", "write_table"]  # fmt: skip
 
 FORMAT = "bandcore-table"
 FORMAT_VERSION = 2  # 2: tables in L = -log p on octave cells (1: x = logit p)
@@ -53,11 +54,26 @@ class TableFileError(ValueError):
     """A table file that cannot be trusted: truncated, corrupted, oversized, wrong version, or checksum mismatch."""
 
 
+def file_stem(name: str) -> str:
+    """A file-name-safe, unambiguous stem for a divergence name: catalogue names as they are (``kl``), α-family
+    members without the parentheses (``alpha(0.5)`` → ``alpha0.5``, ``alpha(-1)`` → ``alpha-1``), anything else
+    (a user formula such as ``u*log(u)/2``, which holds ``/`` and ``*``) as ``user-`` and 16 hex digits of its
+    sha256.  The result holds only ``[a-z0-9._+-]``: no path separator, nothing a shell or Windows treats
+    specially."""
+    if re.fullmatch(r"[a-z][a-z_]*", name):
+        return name
+    match = re.fullmatch(r"alpha\((-?[0-9][0-9.e+-]*)\)", name)
+    if match:
+        return f"alpha{match.group(1)}"
+    return "user-" + hashlib.sha256(name.encode()).hexdigest()[:16]
+
+
 def shipped_name(name: str, delta: float | tuple[float, float]) -> str:
-    """File name of a shipped table: ``kl_delta0.05.npz``, ``kl_delta0.01-0.2.npz`` (2-D)."""
+    """File name of a shipped table: ``kl_delta0.05.npz``, ``alpha0.5_delta0.05.npz``, ``kl_delta0.01-0.2.npz``
+    (2-D); the divergence part is :func:`file_stem`."""
     if isinstance(delta, (tuple, list)):
-        return f"{name}_delta{delta[0]:g}-{delta[1]:g}.npz"
-    return f"{name}_delta{delta:g}.npz"
+        return f"{file_stem(name)}_delta{delta[0]:g}-{delta[1]:g}.npz"
+    return f"{file_stem(name)}_delta{delta:g}.npz"
 
 
 def array_limit(kind: Any, name: str, knots: int | None = None) -> int:
