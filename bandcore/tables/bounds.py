@@ -20,15 +20,20 @@ import numpy as np
 
 from ..divergences import Divergence, resolve
 from ..divergences.grammar import parse, to_text
-from .evaluate import MAX_LEVEL, KernelBound, eval_log_numba, octave_grid, octave_of, pack
+from .evaluate import MAX_LEVEL, KernelBound, eval_log, octave_grid, octave_of, pack
 from .formats import TableFileError
 from .limits import L_RANGE, MAX_KNOTS
 from .pieces import bisection_band_log, pieces, saturation_threshold
 
-__all__ = ["DEFAULT_TARGET", "L_RANGE", "TabulatedBound", "build_bound", "exact_solver", "rel_log_error"]
+__all__ = ["BUILDER", "DEFAULT_TARGET", "L_RANGE", "TabulatedBound", "build_bound", "builder_of", "certificate",
+           "exact_solver", "rel_log_error"]  # fmt: skip
 
 #: Default certified error target, |Δ log r| / max(1, |log r|).
 DEFAULT_TARGET = 1e-7
+#: Written into every table as ``builder``: identifies the building and certifying code, not the package version
+#: (a release that does not change them must not change a table's bytes).  Bump it when a change to this package
+#: changes any table's content.
+BUILDER = "bandcore.tables 3"
 CHECK_S = np.arange(1, 12) / 12.0  # check points per cell, midpoint included
 GAP_FACTOR = 1.25  # certificate margin for the gaps between check points
 #: the tails outside L_RANGE that the certificate also measures (left: down to p = 1; right: p < e^-680)
@@ -74,9 +79,15 @@ class TabulatedBound:
                     self.saturated_right)  # fmt: skip
 
     def log(self, L: np.ndarray) -> np.ndarray:
-        """This bound's log r at float64 ``L`` through the Numba kernel (the build and certificate use it)."""
-        log_p = -np.ascontiguousarray(L, dtype=np.float64)
-        return eval_log_numba(log_p, self.kernel, self.kernel, np.float64, math.inf)[0]
+        """This bound's log r at float64 ``L`` through the evaluation kernel (the build and certificate use it).
+
+        The kernel's NumPy binding: the same source as the Numba and torch ones (:mod:`bandcore.kernels.lookup`),
+        element by element with no threads and no fast-math contraction, so a build cannot depend on the thread
+        count or on how Numba vectorises (the compiled bindings agree with it to a few ulps, far inside the
+        certificate's margin)."""
+        log_p = -np.ascontiguousarray(L, dtype=np.float64).ravel()
+        out = eval_log(log_p, self.kernel, self.kernel, np.float64, math.inf, backend="numpy")[0]
+        return out.reshape(np.shape(L))
 
     def check_points(self, per_cell: np.ndarray) -> np.ndarray:
         """Interior points ``knots[c] + s·w_c`` for ``s`` in ``per_cell`` (shape (n_cells, m) or (m,))."""
@@ -101,6 +112,24 @@ def stored(kind: int, L: np.ndarray, y: np.ndarray, parts, kink: float | None = 
         if kind == LOG_R:
             return y, slope
         return np.log(-y), slope / y  # d/dL log(-y) = y'/y
+
+
+def certificate(measured: float) -> float:
+    """``GAP_FACTOR × measured``, rounded *up* to 3 significant digits (still a bound, and its digits do not
+    carry the last bits of a measurement)."""
+    value = GAP_FACTOR * float(measured)
+    if not (math.isfinite(value) and value > 0):
+        return value
+    exponent = math.floor(math.log10(value)) - 2
+    digits = math.ceil(round(value / 10.0**exponent, 9))
+    return float(f"{digits}e{exponent}")
+
+
+def builder_of(meta: dict[str, Any]) -> str:
+    """The ``builder`` of a file's metadata (files written before it was recorded name the package version)."""
+    if "builder" in meta:
+        return str(meta["builder"])
+    return f"bandcore {meta['bandcore_version']}"  # KeyError when neither: the readers report a missing field
 
 
 def rel_log_error(approx: np.ndarray, exact: np.ndarray) -> np.ndarray:

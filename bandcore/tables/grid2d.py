@@ -36,15 +36,17 @@ from numpy.polynomial import chebyshev
 
 from ..divergences import Divergence, resolve
 from .bounds import (
+    BUILDER,
     CHECK_S,
     ERROR_MEASURE,
-    GAP_FACTOR,
     L_RANGE,
     LOG_NEG_LOG_R,
     LOG_R,
     TabulatedBound,
     bound_from_arrays,
     bound_metadata,
+    builder_of,
+    certificate,
     check_delta,
     check_target,
     divergence_of,
@@ -165,7 +167,7 @@ class BandTable2D:
     """
 
     def __init__(self, *, divergence, generator, delta_range, lower, upper, max_rel_error, target, checked_points,
-                 bandcore_version):  # fmt: skip
+                 builder):  # fmt: skip
         self.divergence_name = divergence
         self.generator = generator
         self.delta_range = (float(delta_range[0]), float(delta_range[1]))
@@ -173,7 +175,7 @@ class BandTable2D:
         self.max_rel_error = float(max_rel_error)
         self.target = float(target)
         self.checked_points = int(checked_points)
-        self.bandcore_version = bandcore_version
+        self.builder = builder
         self._last: tuple[float, BandTable] | None = None
 
     @classmethod
@@ -181,8 +183,6 @@ class BandTable2D:
               progress: bool = False) -> BandTable2D:  # fmt: skip
         """Tabulate ``divergence`` (any spelling) over ``delta_range = (lo, hi)`` (0 < lo < hi) with certified
         error ≤ target."""
-        from .. import __version__
-
         div = resolve(divergence)
         lo, hi = _check_range(delta_range)
         check_target(target)
@@ -205,8 +205,8 @@ class BandTable2D:
             if bar is not None:
                 bar.close()
         return cls(divergence=div.name, generator=div.formula, delta_range=(lo, hi), lower=lower, upper=upper,
-                   max_rel_error=GAP_FACTOR * max(err_lo, err_up), target=target, checked_points=n_lo + n_up,
-                   bandcore_version=__version__)  # fmt: skip
+                   max_rel_error=certificate(max(err_lo, err_up)), target=target, checked_points=n_lo + n_up,
+                   builder=BUILDER)  # fmt: skip
 
     @property
     def divergence(self) -> Divergence:
@@ -232,7 +232,7 @@ class BandTable2D:
             table = BandTable(divergence=self.divergence_name, generator=self.generator, delta=delta,
                               lower=self.lower.at(u), upper=self.upper.at(u), max_rel_error=self.max_rel_error,
                               target=self.target, checked_points=self.checked_points,
-                              bandcore_version=self.bandcore_version)  # fmt: skip
+                              builder=self.builder)  # fmt: skip
             self._last = (delta, table)
         return self._last[1]
 
@@ -278,7 +278,7 @@ class BandTable2D:
             "max_rel_error": self.max_rel_error,
             "target": self.target,
             "checked_points": self.checked_points,
-            "bandcore_version": self.bandcore_version,
+            "builder": self.builder,
         }
         return arrays, metadata
 
@@ -310,7 +310,7 @@ class BandTable2D:
             table = cls(divergence=meta["divergence"], generator=meta["generator"],
                         delta_range=_check_range(meta["delta_range"]), lower=surfaces["lower"],
                         upper=surfaces["upper"], max_rel_error=meta["max_rel_error"], target=meta["target"],
-                        checked_points=meta["checked_points"], bandcore_version=meta["bandcore_version"])  # fmt: skip
+                        checked_points=meta["checked_points"], builder=builder_of(meta))  # fmt: skip
         except KeyError as err:
             raise TableFileError(f"table lacks the field {err}") from None
         except (TypeError, ValueError) as err:

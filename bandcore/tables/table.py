@@ -37,13 +37,15 @@ import numpy as np
 from ..band import band_log
 from ..divergences import Divergence, resolve
 from .bounds import (
+    BUILDER,
     DEFAULT_TARGET,
     ERROR_MEASURE,
-    GAP_FACTOR,
     TabulatedBound,
     bound_from_arrays,
     bound_metadata,
     build_bound,
+    builder_of,
+    certificate,
     check_delta,
     check_target,
     divergence_of,
@@ -78,7 +80,7 @@ class BandTable:
 
     def __init__(self, *, divergence: str, generator: str, delta: float, lower: TabulatedBound,
                  upper: TabulatedBound, max_rel_error: float, target: float, checked_points: int,
-                 bandcore_version: str) -> None:  # fmt: skip
+                 builder: str) -> None:  # fmt: skip
         self.divergence_name = divergence
         self.generator = generator
         self.delta = float(delta)
@@ -87,7 +89,7 @@ class BandTable:
         self.max_rel_error = float(max_rel_error)
         self.target = float(target)
         self.checked_points = int(checked_points)
-        self.bandcore_version = bandcore_version
+        self.builder = builder
         self._torch_cache: dict[Any, tuple] = {}
 
     # ---- construction ----------------------------------------------------------------------------------
@@ -106,8 +108,6 @@ class BandTable:
         div = resolve(divergence)
         delta = check_delta(delta)
         check_target(target)
-        from .. import __version__
-
         solve = exact_solver()
         bar = None
         if progress:
@@ -121,8 +121,8 @@ class BandTable:
             if bar is not None:
                 bar.close()
         return cls(divergence=div.name, generator=div.formula, delta=delta, lower=lower, upper=upper,
-                   max_rel_error=GAP_FACTOR * max(err_lo, err_up), target=target, checked_points=n_lo + n_up,
-                   bandcore_version=__version__)  # fmt: skip
+                   max_rel_error=certificate(max(err_lo, err_up)), target=target, checked_points=n_lo + n_up,
+                   builder=BUILDER)  # fmt: skip
 
     @property
     def divergence(self) -> Divergence:
@@ -238,7 +238,7 @@ class BandTable:
             "max_rel_error": self.max_rel_error,
             "target": self.target,
             "checked_points": self.checked_points,
-            "bandcore_version": self.bandcore_version,
+            "builder": self.builder,
         }
         return arrays, metadata
 
@@ -275,7 +275,7 @@ class BandTable:
             table = cls(divergence=meta["divergence"], generator=meta["generator"], delta=check_delta(meta["delta"]),
                         lower=bounds["lower"], upper=bounds["upper"], max_rel_error=meta["max_rel_error"],
                         target=meta["target"], checked_points=meta["checked_points"],
-                        bandcore_version=meta["bandcore_version"])  # fmt: skip
+                        builder=builder_of(meta))  # fmt: skip
         except KeyError as err:
             raise TableFileError(f"table lacks the field {err}") from None
         except (TypeError, ValueError) as err:
