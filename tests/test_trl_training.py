@@ -1,0 +1,59 @@
+"""BandGRPOTrainer in TRL's own training loop with the default configuration: the Band acts and is logged."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+from bandcore.rl.trl import P_BUCKETS, BandGRPOConfig, BandGRPOTrainer
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trl_grpo.py"
+# transformers 5.x deprecates a property that TRL 1.16 reads at every generation: a third-party warning
+TRL_GENERATION_WARNING = "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
+
+
+@pytest.fixture(scope="module")
+def example():
+    spec = importlib.util.spec_from_file_location("trl_grpo_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _RatioRecorder(BandGRPOTrainer):
+    """Records, per loss call, the largest |log ratio| over completion tokens (for the test below only)."""
+
+    def _log_band_metrics(self, inputs, log_prob, old_log_prob, *rest) -> None:
+        moved = (log_prob - old_log_prob).abs() * inputs["completion_mask"]
+        self.band_log_ratio_max = [*getattr(self, "band_log_ratio_max", []), float(moved.max())]
+        super()._log_band_metrics(inputs, log_prob, old_log_prob, *rest)
+
+
+@pytest.mark.filterwarnings(TRL_GENERATION_WARNING)
+def test_the_default_configuration_moves_the_ratio_and_logs_the_band(example, tmp_path):
+    """With BandGRPOConfig's defaults (num_iterations, steps_per_generation, gradient_accumulation_steps unset)
+    every batch arrives with old log-probabilities (no on-policy warning: filterwarnings = error), the second
+    pass over it, after an optimizer step, sees a ratio different from 1, and every step logs the Band."""
+    config = BandGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
+                            max_completion_length=5, max_steps=2, logging_steps=1, learning_rate=0.05,
+                            **example.cpu_settings())
+    assert (config.num_iterations, config.gradient_accumulation_steps, config.steps_per_generation) == (2, 1, 1)
+    task = example.make_task("reverse")
+    tokenizer = example.build_tokenizer(task)
+    trainer = _RatioRecorder(model=example.build_model(tokenizer, seed=0), reward_funcs=example.digit_match,
+                             args=config, train_dataset=example.build_dataset(task, 16, seed=0),
+                             processing_class=tokenizer)
+    trainer.train()
+    first_pass, second_pass = trainer.band_log_ratio_max
+    assert first_pass < 1e-5 < second_pass  # the same weights, then one optimizer step later
+    log = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert [(entry["step"], "reward" in entry) for entry in log] == [(1, True), (2, False)]
+    for entry in log:
+        for key in ("band/clip_ratio/low", "band/clip_ratio/high", "band/clip_ratio/region"):
+            assert math.isfinite(entry[key]) and 0 <= entry[key] <= 1, key
+        assert math.isfinite(entry["band/width_mean"]) and entry["band/width_mean"] > 0
+        buckets = [key for key in entry if key.startswith("band/clip_ratio/p")]
+        assert buckets and set(buckets) <= {f"band/clip_ratio/{name}" for name, _, _ in P_BUCKETS}
