@@ -100,7 +100,7 @@ def _numpy_bounds(x: np.ndarray, div: Divergence, delta: float, backend: str, ch
         return lower.numpy().astype(dtype), upper.numpy().astype(dtype), status.numpy()
     with np.errstate(all="ignore"):
         lower, upper, status = _entry(backends.solver_module("numpy", div), div)(
-            lp, delta, backends.lower_at_one(div, delta)
+            lp, delta, backends.lower_at_one(div, delta), backends.seed(div, delta).numpy_arrays()
         )
         lower, upper = (np.exp(lower), np.exp(upper)) if ratios else (lower, upper)
     shape = lp.shape
@@ -108,19 +108,25 @@ def _numpy_bounds(x: np.ndarray, div: Divergence, delta: float, backend: str, ch
             np.asarray(status, dtype=np.int8).reshape(shape))
 
 
-def torch_function(divergence: Any, delta: float):
-    """A pure tensor function ``old_log_prob_fp64 -> (log_lower, log_upper, status)`` for one (divergence, δ).
+def torch_function(divergence: Any, delta: float, device: Any = "cpu"):
+    """A pure tensor function ``old_log_prob_fp64 -> (log_lower, log_upper, status)`` for one (divergence, δ)
+    and tensors on ``device``.
 
-    Everything symbolic is resolved here, so the function holds only torch ops with a fixed iteration count
-    and no host synchronisation: pass it to ``torch.compile``.  Input conventions as :func:`band_log` with
-    ``check=False`` (values in (0, tol] must already be clamped to 0).
+    Everything symbolic (and the seed table) is resolved here, so the function holds only torch ops: pass it
+    to ``torch.compile``.  On an accelerator, or while compiling, the generic solver runs its full iteration
+    count with no host synchronisation; on the CPU (where a check costs no synchronisation) it stops once
+    every token has converged.  Input conventions as :func:`band_log` with ``check=False`` (values in
+    (0, tol] must already be clamped to 0).
     """
+    import torch
+
     div, delta = resolve(divergence), check_delta(delta)
     solve = _entry(backends.solver_module("torch", div), div)
     at_one = backends.lower_at_one(div, delta)
+    seed = backends.torch_seed(div, delta, str(torch.device(device)))
 
     def kernel(old_log_prob):
-        lower, upper, status = solve(old_log_prob, delta, at_one)
+        lower, upper, status = solve(old_log_prob, delta, at_one, seed)
         return lower, upper, status
 
     return kernel
@@ -130,7 +136,7 @@ def _torch_bounds(lp, div: Divergence, delta: float, ratios: bool):
     """(lower, upper, status) in float64 / int8 on lp's device, solved in chunks (no host synchronisation)."""
     import torch
 
-    kernel = torch_function(div, delta)
+    kernel = torch_function(div, delta, lp.device)
     chunk = TORCH_CHUNK.get(lp.device.type, TORCH_CHUNK_ACCELERATOR)
     flat = lp.reshape(-1)
     lower = torch.empty(flat.shape, dtype=torch.float64, device=flat.device)

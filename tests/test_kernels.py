@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from bandcore import Divergence, band_log, get_divergence
 from bandcore.kernels import backends
+from bandcore.kernels.seeds import NO_SEED
 from bandcore.oracle import band_log_mp
 
 TOLERANCE = 1e-12
@@ -231,17 +232,21 @@ def test_bounds_solve_the_band_equation(key, log_p, delta):
 # ------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("seeded", [False, True], ids=["unseeded", "seeded"])
 @pytest.mark.parametrize("key", ["kl", "tv", "pearson"])
-def test_generic_solver_on_specialised_divergences(key):
+def test_generic_solver_on_specialised_divergences(key, seeded):
     torch = pytest.importorskip("torch")
     div = _divergence(key)
     for delta in DELTAS:
         ref_lower, ref_upper = oracle(key, LOG_P, delta)
         at_one = backends.lower_at_one(div, delta)
+        seed = backends.seed(div, delta, "generic") if seeded else NO_SEED
         with np.errstate(all="ignore"):
-            numpy_result = backends.solver_module("numpy", div, "generic").generic_bounds(LOG_P, delta, at_one)
+            numpy_result = backends.solver_module("numpy", div, "generic").generic_bounds(
+                LOG_P, delta, at_one, seed.numpy_arrays()
+            )
         torch_result = backends.solver_module("torch", div, "generic").generic_bounds(
-            torch.from_numpy(LOG_P), delta, at_one
+            torch.from_numpy(LOG_P), delta, at_one, seed.torch_arrays("cpu")
         )
         for lower, upper, _ in (numpy_result, (t.numpy() for t in torch_result)):
             assert relative_errors(lower, ref_lower).max() <= TOLERANCE
@@ -249,16 +254,19 @@ def test_generic_solver_on_specialised_divergences(key):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("seeded", [False, True], ids=["unseeded", "seeded"])
 @pytest.mark.parametrize("key", ["kl", "tv", "pearson"])
-def test_generic_numba_solver_on_specialised_divergences(key):
+def test_generic_numba_solver_on_specialised_divergences(key, seeded):
+    """The generic Newton from its own start (no seed table) and from a seed table, against the oracle."""
     div = _divergence(key)
     module = backends.numba_module(div, "generic")
     for delta in DELTAS:
         ref_lower, ref_upper = oracle(key, LOG_P, delta)
         lower, upper = np.empty_like(LOG_P), np.empty_like(LOG_P)
         status = np.empty(LOG_P.shape, dtype=np.int8)
+        seed = backends.seed(div, delta, "generic") if seeded else NO_SEED
         module.band_kernel(
-            LOG_P, delta, backends.lower_at_one(div, delta), False, lower, upper, status, backends.NO_SEED
+            LOG_P, delta, backends.lower_at_one(div, delta), False, lower, upper, status, seed.arrays()
         )
         assert relative_errors(lower, ref_lower).max() <= TOLERANCE
         assert relative_errors(upper, ref_upper).max() <= TOLERANCE

@@ -18,17 +18,9 @@ from the generator), so KL, TV and Pearson load no SymPy on any backend.
 
 from __future__ import annotations
 
-import ast
 import hashlib
-import importlib.util
-import inspect
 import math
-import os
-import sys
-import tempfile
-import threading
 from functools import lru_cache
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -36,13 +28,16 @@ import numpy as np
 
 from .._contract import LOG_P_TOLERANCE
 from ..divergences import Divergence, resolve
+from . import lookup
 from . import solvers as _reference
-from .ops import numpy_ops, torch_ops
+from .binding import generated_source, instance, load_generated
+from .grid import KernelBound
+from .seeds import NO_SEED, seed_table
 
-__all__ = ["cache_dir", "lower_at_one", "numba_module", "solver_kind", "solver_module"]
+__all__ = ["lower_at_one", "numba_module", "run_lookup", "run_lookup_torch", "run_numba", "seed", "solver_kind",
+           "solver_module", "torch_seed"]
 
 _NORMALISED = {"kl": "-log(u)", "tv": "abs(u - 1)/2", "pearson": "(u - 1)**2"}
-_LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=256)
@@ -74,23 +69,32 @@ def solver_module(backend: str, divergence: Divergence, kind: str | None = None)
 
     ``kind="generic"`` forces the generic solver (the tests run it on KL, TV and Pearson too).
     """
-    xp = numpy_ops if backend == "numpy" else torch_ops()
     kind = kind or solver_kind(divergence)
     if backend == "numpy" and kind != "generic":
         return _reference
-    # a module of its own name (torch.compile looks globals up by module name), registered like any other
-    name = f"{_reference.__name__}_{backend}_{kind}_{hashlib.sha256(divergence.formula.encode()).hexdigest()[:12]}"
-    spec = importlib.util.spec_from_file_location(name, _reference.__file__)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.xp = xp
-    sys.modules[name] = module
+    module = instance(_reference, backend, f"{kind}_{hashlib.sha256(divergence.formula.encode()).hexdigest()[:12]}")
+    module.interpolate = instance(lookup, backend).interpolate
     if kind == "generic":
         from ..derive.kernel_functions import side_callables
 
-        for name, value in {**side_callables(divergence, xp), **_constants(divergence)}.items():
+        for name, value in {**side_callables(divergence, module.xp), **_constants(divergence)}.items():
             setattr(module, name, value)
     return module
+
+
+def seed(divergence: Divergence, delta: float, kind: str | None = None) -> KernelBound:
+    """The seed table of ``divergence``'s solver at ``delta`` (:mod:`.seeds`; :data:`.seeds.NO_SEED` for the
+    closed forms, which need none)."""
+    kind = kind or solver_kind(divergence)
+    if kind not in ("kl", "generic"):
+        return NO_SEED
+    return seed_table(solver_module("numpy", divergence, kind), kind, divergence.formula, float(delta))
+
+
+@lru_cache(maxsize=64)
+def torch_seed(divergence: Divergence, delta: float, device: str, kind: str | None = None) -> tuple:
+    """:func:`seed` as the torch binding reads it, on ``device`` (cached per device)."""
+    return seed(divergence, delta, kind).torch_arrays(device)
 
 
 @lru_cache(maxsize=512)
@@ -132,9 +136,6 @@ def lower_at_one(divergence: Divergence, delta: float) -> float:
 # Numba: the generated module
 # ------------------------------------------------------------------------------------------------------------
 
-#: LLVM fast-math flags that keep NaN/inf semantics (full fastmath breaks isnan and inf comparisons).
-FASTMATH = ("arcp", "contract", "nsz")
-
 _DRIVER = '''
 
 @njit(cache=True, parallel=True, fastmath=FASTMATH, error_model="numpy")
@@ -156,84 +157,24 @@ def band_kernel(old_log_prob, delta, lower_at_one, ratios, lower, upper, status,
 '''
 
 
-def cache_dir() -> Path:
-    """Where generated kernel modules (and Numba's cache of them) live."""
-    root = os.environ.get("BANDCORE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache"), "bandcore"
-    )
-    return Path(root) / "numba"
-
-
-class _LazySelects(ast.NodeTransformer):
-    """``xp.where(c, a, b)`` -> ``a if c else b`` and ``xp.logical_and/or`` -> ``and``/``or``: the same
-    arithmetic, but a scalar evaluates only the branch it takes (vectorised backends must compute both)."""
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        func = node.func
-        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "xp"):
-            return node
-        if func.attr == "where" and len(node.args) == 3:
-            return ast.IfExp(test=node.args[0], body=node.args[1], orelse=node.args[2])
-        if func.attr in ("logical_and", "logical_or") and len(node.args) == 2:
-            return ast.BoolOp(op=ast.And() if func.attr == "logical_and" else ast.Or(), values=list(node.args))
-        return node
-
-
-def _scalar_source(source: str) -> str:
-    return ast.unparse(ast.fix_missing_locations(_LazySelects().visit(ast.parse(source))))
-
-
 def _numba_source(divergence: Divergence, kind: str) -> str:
-    ops = "numba_fast_ops" if kind in ("tv", "pearson") else "numba_ops"
-    source = inspect.getsource(_reference)
-    if ops == "numba_ops":  # the closed forms keep their selects: branch-free loops vectorise
-        source = _scalar_source(source)
-    source = source.replace(
-        "from .ops import numpy_ops as xp",
-        f"import numpy as np\nfrom numba import njit, prange\n\nfrom bandcore.kernels import {ops} as xp",
-    )
-    functions = [name for name, value in vars(_reference).items() if inspect.isfunction(value)
-                 and value.__module__ == _reference.__name__]
-    lines = ["\nimport math", f"FASTMATH = set({list(FASTMATH)!r})", f"TOL = {LOG_P_TOLERANCE!r}"]
+    closed = kind in ("tv", "pearson")  # the closed forms keep their selects: branch-free loops vectorise
+    lines = [f"TOL = {LOG_P_TOLERANCE!r}"]
     if kind == "generic":
         from ..derive.kernel_functions import generator_functions
 
         gf = generator_functions(divergence)
         lines += [f"{name} = {_literal(value)}" for name, value in _constants(divergence).items()]
-        lines += [""]
         for fn in gf.functions:
             lines += ["@njit(cache=True, fastmath=FASTMATH, error_model='numpy')", fn.math_source()]
-    jit = 'njit(cache=True, fastmath=FASTMATH, error_model="numpy")'
-    lines += [f"{name} = {jit}({name})" for name in functions]
     entry = _reference.ENTRY_POINTS["kl_seeded" if kind == "kl" else kind]  # scalar KL: table-seeded
-    return source + "\n".join(lines) + _DRIVER.replace("{entry}", entry)
+    ops = "numba_fast_ops" if closed else "numba_ops"
+    return generated_source([(lookup, not closed), (_reference, not closed)], ops, lines,
+                            _DRIVER.replace("{entry}", entry), inline=closed)
 
 
 def _literal(value: float) -> str:
     return "math.inf" if value == math.inf else repr(float(value))
-
-
-#: The KL start table: log w(logit p), w = 1/(e^d - 1) at the upper root, on [-TABLE_EDGE, TABLE_EDGE].
-#: Cubic Hermite interpolation errs by ~1e-7 relative; one Halley step takes that below 1e-16.
-TABLE_EDGE = 740.0
-TABLE_STEP = 0.125
-NO_SEED = (0.0, 1.0, np.zeros(2), np.zeros(2))
-
-
-@lru_cache(maxsize=16)
-def kl_start_table(delta: float) -> tuple[float, float, np.ndarray, np.ndarray]:
-    r"""(theta0, step, F, F') with :math:`F(\theta_p) = \log w` on a uniform grid of logit p, from the KL
-    solver itself.  :math:`dd/d\theta_p = d(1-p)/x - 1` by implicit differentiation of
-    :math:`\mathrm{kl}(p, q) = \delta` (:math:`x = r - 1`), and :math:`d\log w/dd = -(1 + w)`; cached per δ."""
-    theta = np.arange(-TABLE_EDGE, TABLE_EDGE + TABLE_STEP / 2, TABLE_STEP)
-    lp, lq = -np.logaddexp(0.0, -theta), -np.logaddexp(0.0, theta)  # log sigma(theta), log(1 - sigma(theta))
-    with np.errstate(all="ignore"):
-        log_r, log_s = _reference.kl_upper_root(lp, lq, delta)
-        d = log_r - log_s  # r = e^d s
-        log_w = -d - np.log(-np.expm1(-d))
-        slopes = -(1.0 + np.exp(log_w)) * (d * np.exp(lq) / np.expm1(log_r) - 1.0)
-    return float(theta[0]), TABLE_STEP, log_w, slopes
 
 
 @lru_cache(maxsize=64)
@@ -244,25 +185,7 @@ def numba_module(divergence: Divergence, kind: str | None = None) -> ModuleType:
     ``kind`` (default :func:`solver_kind`).
     """
     kind = kind or solver_kind(divergence)
-    source = _numba_source(divergence, kind)
-    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
-    name = f"bandcore_numba_{kind}_{digest}"
-    with _LOCK:
-        if name in sys.modules:
-            return sys.modules[name]
-        directory = cache_dir()
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{name}.py"
-        if not path.exists() or path.read_text() != source:
-            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-            with os.fdopen(fd, "w") as handle:
-                handle.write(source)
-            os.replace(tmp, path)  # atomic: concurrent writers produce the same file
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
+    return load_generated(_numba_source(divergence, kind), f"bandcore_numba_{kind}")
 
 
 def run_numba(divergence: Divergence, old_log_prob: np.ndarray, delta: float, *, ratios: bool = False,
@@ -274,8 +197,56 @@ def run_numba(divergence: Divergence, old_log_prob: np.ndarray, delta: float, *,
     lower = np.empty(flat.shape, dtype=dtype)
     upper = np.empty(flat.shape, dtype=dtype)
     status = np.empty(flat.shape, dtype=np.int8)
-    seed = kl_start_table(float(delta)) if solver_kind(divergence) == "kl" else NO_SEED
     above = module.band_kernel(flat, float(delta), lower_at_one(divergence, float(delta)), bool(ratios),
-                               lower, upper, status, seed)
+                               lower, upper, status, seed(divergence, float(delta)).arrays())
     shape = np.shape(old_log_prob)
     return lower.reshape(shape), upper.reshape(shape), status.reshape(shape), int(above)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Lookup tables: the one evaluation source (:mod:`.lookup`) on every backend
+# ------------------------------------------------------------------------------------------------------------
+
+_TABLE_DRIVER = '''
+
+@njit(cache=True, parallel=True, fastmath=FASTMATH, error_model="numpy")
+def table_kernel(log_p, lower, upper, tol, out_lo, out_up):
+    """One pass: (log r_lo, log r_up) of a table in float64, stored in the output dtype; counts log p > tol."""
+    above = 0
+    for i in prange(log_p.shape[0]):
+        lp = np.float64(log_p[i])
+        above += lp > tol
+        lo, up = table_bounds(lp, lower, upper, tol)
+        out_lo[i] = lo
+        out_up[i] = up
+    return above
+'''
+
+
+@lru_cache(maxsize=1)
+def _lookup_numba() -> ModuleType:
+    return load_generated(generated_source([(lookup, True)], "numba_ops", [], _TABLE_DRIVER), "bandcore_numba_lookup")
+
+
+def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dtype: Any, tol: float,
+               backend: str = "numba") -> tuple[np.ndarray, np.ndarray, int]:
+    """(log r_lo, log r_up, count of log p > tol) of a table for a flat float32/float64 array.
+
+    ``backend="numba"``: one parallel pass reading the input in its own dtype (the only allocations are the
+    outputs); ``"numpy"``: the same source vectorised (imports no Numba).  Above ``tol`` the bounds are NaN.
+    """
+    if backend == "numba":
+        out_lo = np.empty(log_p.shape, dtype=out_dtype)
+        out_up = np.empty(log_p.shape, dtype=out_dtype)
+        above = _lookup_numba().table_kernel(log_p, lower.arrays(), upper.arrays(), tol, out_lo, out_up)
+        return out_lo, out_up, int(above)
+    lp = log_p.astype(np.float64, copy=False)
+    with np.errstate(all="ignore"):
+        lo, up = instance(lookup, "numpy").table_bounds(lp, lower.numpy_arrays(), upper.numpy_arrays(), tol)
+    return lo.astype(out_dtype, copy=False), up.astype(out_dtype, copy=False), int(np.count_nonzero(lp > tol))
+
+
+def run_lookup_torch(log_p, lower: tuple, upper: tuple, tol: float):
+    """(log r_lo, log r_up) in float64 for a float64 tensor, from :meth:`KernelBound.torch_arrays`; no host
+    synchronisation, so log p above ``tol`` gives NaN instead of an error."""
+    return instance(lookup, "torch").table_bounds(log_p, lower, upper, tol)

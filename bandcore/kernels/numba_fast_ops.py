@@ -7,13 +7,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 from .numba_ops import (  # noqa: F401 - re-exported ops names
     abs,
     all_true,
+    float_bits,
     inf,
     isfinite,
     isnan,
@@ -27,6 +26,8 @@ from .numba_ops import (  # noqa: F401 - re-exported ops names
     sqrt,
     where,
 )
+from .numba_ops import bits_float as _as_float
+from .numba_ops import float_bits as _as_int
 
 _JIT = dict(cache=True, inline="always", error_model="numpy", fastmath={"nsz", "arcp", "contract"})
 LN2_HI = 6.93147180369123816490e-01  # ln 2 = LN2_HI + LN2_LO, LN2_HI with 32 trailing zero bits
@@ -37,20 +38,6 @@ TWO_52 = 4503599627370496.0
 MIN_NORMAL = 2.2250738585072014e-308
 
 
-@intrinsic
-def _as_int(typingctx, x):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-
-    return types.int64(types.float64), codegen
-
-
-@intrinsic
-def _as_float(typingctx, x):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return types.float64(types.int64), codegen
 
 
 @njit(**_JIT)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 inf = math.inf
 nan = math.nan
@@ -69,3 +71,23 @@ def all_true(a):
 @njit(**_JIT)
 def floor_int(x):
     return math.floor(x)  # an int64 in Numba
+
+
+@intrinsic
+def float_bits(typingctx, x):
+    """The bits of a float64 as an int64 (a bitcast, no memory round trip)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def bits_float(typingctx, x):
+    """The float64 with the bits of an int64."""
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen

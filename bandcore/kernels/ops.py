@@ -1,7 +1,7 @@
 r"""The element-wise operations the solvers are written in, for each backend (a tiny array-API shim).
 
-The solver modules (:mod:`.newton`, :mod:`.kl`, :mod:`.closed`) are written once against a namespace ``xp``
-with these names, and bound to one of:
+The source modules :mod:`.solvers` and :mod:`.lookup` are written once against a namespace ``xp`` with these
+names, and bound (:mod:`.binding`) to one of:
 
 * :data:`numpy_ops` — NumPy arrays (the reference backend);
 * :func:`torch_ops` — torch tensors on any device (float64; Python numbers are lifted, so a constant side
@@ -9,9 +9,10 @@ with these names, and bound to one of:
 * :mod:`.numba_ops` / :mod:`.numba_fast_ops` — scalars inside Numba-compiled code (``where`` is a select).
 
 Names: ``exp log log1p expm1 sqrt abs where minimum maximum logaddexp isfinite isnan logical_and logical_or
-logical_not all_true floor_int inf nan`` and, for generated generator functions, the hyperbolic
-functions ``sinh cosh tanh asinh acosh atanh``.  ``all_true(mask)`` lets a loop stop early where that costs no host
-synchronisation (NumPy, Numba); on torch it is always False, so loops run their full, proven length.
+logical_not all_true floor_int float_bits inf nan`` (``float_bits``: a float64's bits as an int64) and, for
+generated generator functions, the hyperbolic functions ``sinh cosh tanh asinh acosh atanh``.
+``all_true(mask)`` lets a loop stop early where that costs no host synchronisation (NumPy, Numba, torch on the
+CPU); on an accelerator or while compiling it is False, so loops run their full, proven length.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ numpy_ops = SimpleNamespace(
     logical_not=np.logical_not,
     all_true=_numpy_all,
     floor_int=lambda x: np.floor(x).astype(np.int64),
+    float_bits=lambda x: np.asarray(x, dtype=np.float64).view(np.int64),
     sinh=np.sinh,
     cosh=np.cosh,
     tanh=np.tanh,
@@ -80,6 +82,12 @@ def torch_ops() -> SimpleNamespace:
             a = torch.as_tensor(a, dtype=torch.float64, device=cond.device)
         return torch.where(cond, a, b)
 
+    def all_true(mask) -> bool:
+        """On the CPU a check costs no synchronisation; elsewhere, or while compiling, loops run their length."""
+        if mask.device.type != "cpu" or torch.compiler.is_compiling():
+            return False
+        return bool(mask.all())
+
     def binary(fn, scalar_fn):
         def op(a, b):
             if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
@@ -106,8 +114,9 @@ def torch_ops() -> SimpleNamespace:
         logical_and=torch.logical_and,
         logical_or=torch.logical_or,
         logical_not=torch.logical_not,
-        all_true=lambda mask: False,  # no host synchronisation: loops run their full length
+        all_true=all_true,
         floor_int=lambda x: torch.floor(x).long(),
+        float_bits=lambda x: x.view(torch.int64),
         sinh=lift(torch.sinh, math.sinh),
         cosh=lift(torch.cosh, math.cosh),
         tanh=lift(torch.tanh, math.tanh),

@@ -45,6 +45,7 @@ positive, 0, -inf included: :func:`finish` applies the conventions once), ``stat
 
 from __future__ import annotations
 
+from .lookup import interpolate
 from .ops import numpy_ops as xp  # rebound per backend by .backends
 
 # per-divergence globals of the generic solver, bound by .backends
@@ -145,8 +146,9 @@ def g_at_infinity(lp, lq, pc):
     return phi + rest
 
 
-def start(p, pc, lp, lq, delta):
-    """Small-delta root of G ~ p(1-p)(kink d + f''(1) d^2/2), capped at logit q = Q_NEAR_ONE."""
+def start(p, pc, lp, lq, delta, seed):
+    """The seed where it is usable, else the small-delta root of G ~ p(1-p)(kink d + f''(1) d^2/2); capped at
+    logit q = Q_NEAR_ONE."""
     c = p * pc
     if F2 > 0:
         d = (xp.sqrt(KINK * KINK + 2.0 * F2 * delta / c) - KINK) / F2
@@ -155,6 +157,7 @@ def start(p, pc, lp, lq, delta):
     else:
         d = c * 0.0 + 1.0
     cap = xp.maximum(Q_NEAR_ONE + lq - lp, Q_NEAR_ONE)
+    d = xp.where(xp.logical_and(seed > 0.0, seed < cap), seed, d)
     return xp.where(xp.logical_and(d > 0.0, d < cap), d, cap)
 
 
@@ -191,13 +194,14 @@ def step(g, slope, d, lo, hi, d_prev, g_prev, delta):
     return candidate, lo, hi, converged
 
 
-def upper_root(lp, lq, delta):
-    """(log r, log s, saturated, converged) at the upper root of each token (lp, lq)."""
+def upper_root(lp, lq, delta, seed):
+    """(log r, log s, saturated, converged) at the upper root of each token (lp, lq), started from ``seed``
+    (an offset d; NaN: none)."""
     p = xp.exp(lp)
     pc = xp.exp(lq)
     g_infinity = g_at_infinity(lp, lq, pc)
     saturated = g_infinity <= delta
-    d = start(p, pc, lp, lq, delta)
+    d = start(p, pc, lp, lq, delta, seed)
     lo = d * 0.0
     hi = lo + D_MAX
     d_prev = lo + xp.nan
@@ -206,14 +210,15 @@ def upper_root(lp, lq, delta):
     for _ in range(MAX_ITERATIONS):
         g, slope = g_and_slope(lp, lq, p, pc, d)
         candidate, lo, hi, converged = step(g, slope, d, lo, hi, d_prev, g_prev, delta)
-        d_prev = d
-        g_prev = g
+        d_prev = xp.where(done, d_prev, d)
+        g_prev = xp.where(done, g_prev, g)
         d = xp.where(done, d, candidate)
         done = xp.logical_or(done, converged)
         if xp.all_true(done):
             break
-    # a root is a root: G(d) = delta to 1e-6 relative (a bracket that closed on an overflow is not converged)
-    g, _ = g_and_slope(lp, lq, p, pc, d)
+    # a root is a root: G = delta to 1e-6 relative at the last point evaluated (within 1e-10 or one ulp of d),
+    # else at d itself (a bracket that closed on an overflow is not converged)
+    g = xp.where(xp.abs(g_prev - delta) <= 1e-6 * delta, g_prev, g_and_slope(lp, lq, p, pc, d)[0])
     root = xp.logical_and(done, xp.abs(g - delta) <= 1e-6 * delta)
     # p on its saturation threshold to rounding (G(inf) = delta): the root runs off to the boundary; the
     # saturated value is the answer there
@@ -224,11 +229,24 @@ def upper_root(lp, lq, delta):
     return log_r, log_s, saturated, done
 
 
-def generic_bounds(lp, delta, lower_at_one, seed=None):
+def seed_log_w(L, seed):
+    """log w, w = 1/(e^d - 1), at the upper root of the token p = e^-L from the seed table (:mod:`.seeds`);
+    NaN outside its range."""
+    fm = seed[0]
+    inside = xp.logical_and(L >= fm[0], L <= fm[1])
+    return xp.where(inside, interpolate(L, seed[0], seed[1], seed[2], seed[3], seed[4]), xp.nan)
+
+
+def seed_offset(L, seed):
+    """The offset d = log(1 + 1/w) of the seed at L (NaN where there is none)."""
+    return xp.logaddexp(0.0, -seed_log_w(L, seed))
+
+
+def generic_bounds(lp, delta, lower_at_one, seed):
     """(log r_lo, log r_up, status) of the Band for any generator (module docstring)."""
     lps, lq = _regular(lp)
-    log_r, _, up_saturated, up_done = upper_root(lps, lq, delta)
-    _, log_s, lo_saturated, lo_done = upper_root(lq, lps, delta)  # mirror: p <-> 1 - p
+    log_r, _, up_saturated, up_done = upper_root(lps, lq, delta, seed_offset(-lps, seed))
+    _, log_s, lo_saturated, lo_done = upper_root(lq, lps, delta, seed_offset(-lq, seed))  # mirror: p <-> 1 - p
     # 1 - p < e^-700: 1/p - r_up < 1e-300 s (f(s) ~ delta/(1-p) > 1e290), so log r_up = -log p to the last bit
     up_saturated = xp.logical_or(up_saturated, lq < LOG_P_TINY)
     upper = xp.where(up_saturated, -lps, xp.minimum(log_r, -lps))  # r_up <= 1/p (a rounding excess is cut)
@@ -287,7 +305,7 @@ def kl_upper_root(lp, lq, delta):
     return log_r, log_s
 
 
-def kl_bounds(lp, delta, lower_at_one, seed=None):
+def kl_bounds(lp, delta, lower_at_one, seed):
     """(log r_lo, log r_up, status) of the KL Band (module docstring)."""
     lps, lq = _regular(lp)
     log_r, _ = kl_upper_root(lps, lq, delta)
@@ -302,21 +320,6 @@ def _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one):
     upper = xp.where(lq < LOG_P_TINY, -lps, xp.minimum(log_r, -lps))
     status = xp.where(lq < LOG_P_TINY, SATURATED, CONVERGED)
     return finish(lp, log_s, upper, status, lower_at_one)
-
-
-def kl_table_start(theta, seed):
-    """Cubic Hermite interpolant of log w(logit p), w = 1/(e^d - 1) at the upper root, from the start table
-    ``seed = (theta0, step, values, slopes)``; NaN outside the table or where it overflowed."""
-    theta0, step, values, slopes = seed
-    position = (theta - theta0) / step
-    last = len(values) - 2
-    j = xp.floor_int(xp.minimum(xp.maximum(position, 0.0), last))
-    t = position - j
-    t2 = t * t
-    t3 = t2 * t
-    value = ((2 * t3 - 3 * t2 + 1) * values[j] + (t3 - 2 * t2 + t) * step * slopes[j]
-             + (-2 * t3 + 3 * t2) * values[j + 1] + (t3 - t2) * step * slopes[j + 1])
-    return xp.where(xp.logical_and(position >= 0.0, position < last + 1), value, xp.nan)
 
 
 def kl_polish(lp, p, pc, log_w, delta):
@@ -343,13 +346,13 @@ def kl_polish(lp, p, pc, log_w, delta):
 
 
 def kl_seeded_bounds(lp, delta, lower_at_one, seed):
-    """:func:`kl_bounds` with each root started from the δ's start table and finished by one Halley step; the
+    """:func:`kl_bounds` with each root started from the δ's seed table and finished by one Halley step; the
     Halley iteration from the outer start takes over outside the table (scalar backends skip it elsewhere)."""
     lps, lq = _regular(lp)
     p = xp.exp(lps)
     pc = xp.exp(lq)
-    log_w_up = kl_table_start(lps - lq, seed)
-    log_w_lo = kl_table_start(lq - lps, seed)  # mirror: the upper root at logit -theta
+    log_w_up = seed_log_w(-lps, seed)
+    log_w_lo = seed_log_w(-lq, seed)  # mirror: the upper root of the token 1 - p
     seeded_up = xp.logical_and(xp.isfinite(log_w_up), lps >= LOG_P_TINY)
     seeded_lo = xp.logical_and(xp.isfinite(log_w_lo), lq >= LOG_P_TINY)
     log_r = xp.where(seeded_up, kl_polish(lps, p, pc, log_w_up, delta)[0], kl_upper_root(lps, lq, delta)[0])
@@ -362,7 +365,7 @@ def kl_seeded_bounds(lp, delta, lower_at_one, seed):
 # ------------------------------------------------------------------------------------------------------------
 
 
-def tv_bounds(lp, delta, lower_at_one, seed=None):
+def tv_bounds(lp, delta, lower_at_one, seed):
     """TV, g = p|r - 1|: r = 1 ± delta/p; upper saturates iff delta >= 1 - p, lower iff delta >= p."""
     lps = xp.minimum(lp, 0.0)
     p = xp.exp(lps)
@@ -380,7 +383,7 @@ def tv_bounds(lp, delta, lower_at_one, seed=None):
     return finish(lp, lower, upper, status, lower_at_one)
 
 
-def pearson_bounds(lp, delta, lower_at_one, seed=None):
+def pearson_bounds(lp, delta, lower_at_one, seed):
     """Pearson, g = p(r-1)^2/(1-p): r = 1 ± t, t = sqrt(delta(1-p)/p); saturated iff delta p >= 1 - p (upper),
     delta(1 - p) >= p (lower).  log t = (log delta + log(1-p) - log p)/2: no overflow for any finite log p."""
     lps = xp.minimum(lp, 0.0)

@@ -34,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from ..band import band_log
+from .._contract import LOG_P_TOLERANCE as _LOG_P_TOLERANCE
+from .._contract import check_backend
+from ..band import AUTO_NUMBA_MIN_SIZE, band_log
 from ..divergences import Divergence, resolve
 from .bounds import (
     BUILDER,
@@ -53,7 +55,7 @@ from .bounds import (
     rel_log_error,
     tail_error,
 )  # fmt: skip
-from .evaluate import eval_log_numba
+from .evaluate import eval_log, eval_log_torch
 from .formats import SHIPPED_DIR, TableFileError, read_table, shipped_name, write_table
 
 __all__ = ["BUILDERS", "LOADERS", "SPOT_CHECKS", "BandTable", "spot_check"]
@@ -64,7 +66,6 @@ SPOT_CHECKS = 8
 LOADERS: dict[str, Callable[[dict[str, np.ndarray], dict[str, Any]], Any]] = {}
 #: table kind -> ``build(divergence, delta, target=, progress=)`` for a ``delta`` that is a pair (2-D)
 BUILDERS: dict[str, Callable[..., Any]] = {}
-_LOG_P_TOLERANCE = 1e-6
 _SOLVER_SLACK = 1e-12  # the exact solver's own error, beyond the table's certificate
 
 
@@ -135,25 +136,27 @@ class BandTable:
         return len(self.lower.knots) + len(self.upper.knots)
 
     # ---- evaluation --------------------------------------------------------------------------------------
-    def log(self, old_log_prob):
+    def log(self, old_log_prob, *, backend: str = "auto"):
         """(log_lower, log_upper) for ``old_log_prob`` (NumPy array, scalar, or torch tensor).
 
-        A CPU tensor is evaluated by the Numba kernel on a zero-copy view (float16/bfloat16 through float32);
-        on other devices by the torch kernel.  Either way a torch input never raises: log p above the tolerance
-        gives NaN (no host synchronisation on a device).
+        One evaluation source (:mod:`bandcore.kernels.lookup`) on every backend: ``"auto"`` reads a CPU input
+        with Numba from :data:`bandcore.band.AUTO_NUMBA_MIN_SIZE` tokens on and with NumPy below (so a small
+        lookup imports no Numba), a tensor on an accelerator with torch; ``"numpy"``, ``"numba"``, ``"torch"``
+        force one.  A torch input never raises: log p above the tolerance gives NaN (no host synchronisation).
         """
+        backend = check_backend(backend)
         if _is_torch(old_log_prob):
             import torch
 
-            from .evaluate import eval_log_torch
-
             with torch.no_grad():
                 dtype = _torch_float_dtype(old_log_prob)
-                if old_log_prob.device.type == "cpu":
-                    return self._log_cpu_tensor(old_log_prob.detach(), dtype)
-                lp = old_log_prob.detach().to(torch.float64)
-                lo, up = eval_log_torch(lp, *self._torch_arrays(lp.device), _LOG_P_TOLERANCE)
-                return lo.to(dtype), up.to(dtype)
+                tensor = old_log_prob.detach()
+                on_cpu = tensor.device.type == "cpu"
+                if backend == "torch" or (backend == "auto" and not on_cpu):
+                    lp = tensor.to(torch.float64)
+                    lo, up = eval_log_torch(lp, *self._torch_arrays(lp.device), _LOG_P_TOLERANCE)
+                    return lo.to(dtype), up.to(dtype)
+                return self._log_cpu_tensor(tensor.cpu(), dtype, backend, tensor.device)
         arr = np.asarray(old_log_prob)
         if arr.dtype not in (np.float16, np.float32, np.float64):
             raise TypeError(f"old_log_prob must hold float16/32/64 log-probabilities, got dtype {arr.dtype}")
@@ -161,7 +164,7 @@ class BandTable:
         if flat.dtype == np.float16:
             flat = flat.astype(np.float32)  # Numba has no float16 arithmetic
         out_dtype = np.float32 if arr.dtype == np.float16 else arr.dtype
-        lo, up, above = eval_log_numba(flat, self.lower.kernel, self.upper.kernel, out_dtype, _LOG_P_TOLERANCE)
+        lo, up, above = self._lookup(flat, out_dtype, backend)
         if above:
             raise ValueError(
                 f"old_log_prob must be <= 0 (log-probabilities; values up to {_LOG_P_TOLERANCE:g} are read as 0), "
@@ -169,34 +172,44 @@ class BandTable:
             )
         return lo.reshape(arr.shape).astype(arr.dtype, copy=False), up.reshape(arr.shape).astype(arr.dtype, copy=False)
 
-    def _log_cpu_tensor(self, tensor, dtype):
+    def _lookup(self, flat: np.ndarray, out_dtype, backend: str):
+        if backend == "torch":
+            import torch
+
+            lo, up = eval_log_torch(torch.from_numpy(flat.astype(np.float64)), *self._torch_arrays("cpu"),
+                                    _LOG_P_TOLERANCE)  # fmt: skip
+            return lo.numpy().astype(out_dtype), up.numpy().astype(out_dtype), int((flat > _LOG_P_TOLERANCE).sum())
+        if backend == "auto":
+            backend = "numba" if flat.size >= AUTO_NUMBA_MIN_SIZE else "numpy"
+        return eval_log(flat, self.lower.kernel, self.upper.kernel, out_dtype, _LOG_P_TOLERANCE, backend)
+
+    def _log_cpu_tensor(self, tensor, dtype, backend: str, device):
         import torch
 
         if dtype not in (torch.float32, torch.float64):
             tensor = tensor.to(torch.float32)  # float16/bfloat16 are exact in float32
         flat = tensor.contiguous().reshape(-1).numpy()
-        lo, up, above = eval_log_numba(flat, self.lower.kernel, self.upper.kernel, flat.dtype, _LOG_P_TOLERANCE)
+        lo, up, above = self._lookup(flat, flat.dtype, backend)
         if above:  # as on a device: NaN, not an error
             lo[flat > _LOG_P_TOLERANCE] = np.nan
             up[flat > _LOG_P_TOLERANCE] = np.nan
         shape = tensor.shape
-        return torch.from_numpy(lo).reshape(shape).to(dtype), torch.from_numpy(up).reshape(shape).to(dtype)
+        return (torch.from_numpy(lo).reshape(shape).to(device=device, dtype=dtype),
+                torch.from_numpy(up).reshape(shape).to(device=device, dtype=dtype))  # fmt: skip
 
-    def __call__(self, old_log_prob):
+    def __call__(self, old_log_prob, *, backend: str = "auto"):
         """(lower, upper) ratio bounds: ``exp`` of :meth:`log` (lower 0 where saturated, upper 1/p)."""
-        lo, up = self.log(old_log_prob)
+        lo, up = self.log(old_log_prob, backend=backend)
         if _is_torch(lo):
             return lo.exp(), up.exp()
         with np.errstate(over="ignore"):
             return np.exp(lo), np.exp(up)
 
     def _torch_arrays(self, device):
-        if device not in self._torch_cache:
-            from .evaluate import torch_arrays
-
-            self._torch_cache[device] = (torch_arrays(self.lower.kernel, device),
-                                         torch_arrays(self.upper.kernel, device))  # fmt: skip
-        return self._torch_cache[device]
+        key = str(device)
+        if key not in self._torch_cache:
+            self._torch_cache[key] = (self.lower.kernel.torch_arrays(device), self.upper.kernel.torch_arrays(device))
+        return self._torch_cache[key]
 
     # ---- certification -----------------------------------------------------------------------------------
     def recertify(self, points_per_interval: int = 11, *, seed: int | None = None) -> float:

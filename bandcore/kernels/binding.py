@@ -1,0 +1,120 @@
+r"""How one ``xp`` source module (:mod:`.lookup`, :mod:`.solvers`) becomes a NumPy/torch instance or Numba code.
+
+* :func:`instance`: a fresh copy of the module under a name of its own (torch.compile looks globals up by module
+  name), registered in ``sys.modules``, with ``xp`` bound to :data:`.ops.numpy_ops` or :func:`.ops.torch_ops`.
+* :func:`generated_source` / :func:`load_generated`: the sources of several such modules concatenated, with
+  ``xp`` bound to :mod:`.numba_ops` (or :mod:`.numba_fast_ops`), every ``xp.where(c, a, b)`` turned into
+  ``a if c else b`` (a scalar evaluates only the branch it takes; vectorised backends must compute both), every
+  function wrapped in ``njit(cache=True)``, plus a parallel driver.  The file is written once to the cache
+  directory (``$BANDCORE_CACHE`` or ``~/.cache/bandcore``, named by a hash of its code), so Numba caches the
+  machine code on disk.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import ModuleType
+
+from .ops import numpy_ops, torch_ops
+
+__all__ = ["FASTMATH", "cache_dir", "generated_source", "instance", "load_generated"]
+
+#: LLVM fast-math flags that keep NaN/inf semantics (full fastmath breaks isnan and inf comparisons).
+FASTMATH = ("arcp", "contract", "nsz")
+_LOCK = threading.Lock()
+#: the lines of a source module that the generated code replaces (``xp`` and the sibling sources)
+_LOCAL_IMPORTS = ("from __future__ import", "from .ops import numpy_ops as xp", "from .lookup import")
+
+
+def instance(module: ModuleType, backend: str, tag: str = "") -> ModuleType:
+    """A fresh copy of ``module`` with ``xp`` bound to ``backend`` ("numpy" or "torch")."""
+    name = f"{module.__name__}_{backend}{'_' + tag if tag else ''}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, module.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    copy.xp = numpy_ops if backend == "numpy" else torch_ops()
+    sys.modules[name] = copy
+    return copy
+
+
+def cache_dir() -> Path:
+    """Where generated kernel modules (and Numba's cache of them) live."""
+    root = os.environ.get("BANDCORE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache"), "bandcore"
+    )
+    return Path(root) / "numba"
+
+
+class _LazySelects(ast.NodeTransformer):
+    """``xp.where(c, a, b)`` -> ``a if c else b`` and ``xp.logical_and/or`` -> ``and``/``or``."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "xp"):
+            return node
+        if func.attr == "where" and len(node.args) == 3:
+            return ast.IfExp(test=node.args[0], body=node.args[1], orelse=node.args[2])
+        if func.attr in ("logical_and", "logical_or") and len(node.args) == 2:
+            return ast.BoolOp(op=ast.And() if func.attr == "logical_and" else ast.Or(), values=list(node.args))
+        return node
+
+
+def _body(module: ModuleType, lazy: bool) -> tuple[str, list[str]]:
+    """The module's source without its local imports (lazy selects applied), and its function names."""
+    lines = [line for line in inspect.getsource(module).splitlines() if not line.startswith(_LOCAL_IMPORTS)]
+    source = "\n".join(lines) + "\n"
+    if lazy:
+        source = ast.unparse(ast.fix_missing_locations(_LazySelects().visit(ast.parse(source)))) + "\n"
+    names = [name for name, value in vars(module).items()
+             if inspect.isfunction(value) and value.__module__ == module.__name__]  # fmt: skip
+    return source, names
+
+
+def generated_source(parts: list[tuple[ModuleType, bool]], ops: str, extra: list[str], driver: str, *,
+                     inline: bool = False) -> str:
+    """The Numba module: each ``(module, lazy_selects)`` part, ``extra`` lines (constants, generated functions),
+    every part's function jitted (``inline``: inlined into the driver at Numba IR level, so LLVM sees one loop
+    body it can vectorise), then ``driver`` (which may use ``FASTMATH``)."""
+    header = ["import math", "import numpy as np", "from numba import njit, prange",
+              f"from bandcore.kernels import {ops} as xp", f"FASTMATH = set({list(FASTMATH)!r})"]  # fmt: skip
+    bodies, functions = [], []
+    for module, lazy in parts:
+        body, names = _body(module, lazy)
+        bodies.append(body)
+        functions += names
+    options = 'cache=True, fastmath=FASTMATH, error_model="numpy"' + (', inline="always"' if inline else "")
+    jit = f"njit({options})"
+    jitted = [f"{name} = {jit}({name})" for name in functions]
+    return "\n".join([*header, *bodies, *extra, *jitted, driver])
+
+
+def load_generated(source: str, prefix: str) -> ModuleType:
+    """Import ``source`` from the cache directory (written atomically once; cached per process)."""
+    name = f"{prefix}_{hashlib.sha256(source.encode()).hexdigest()[:20]}"
+    with _LOCK:
+        if name in sys.modules:
+            return sys.modules[name]
+        directory = cache_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{name}.py"
+        if not path.exists() or path.read_text() != source:
+            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+            with os.fdopen(fd, "w") as handle:
+                handle.write(source)
+            os.replace(tmp, path)  # atomic: concurrent writers produce the same file
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module

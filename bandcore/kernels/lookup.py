@@ -1,0 +1,79 @@
+r"""Piecewise-cubic lookup in :math:`L = -\log p` on octave cells, written once against ``xp`` (see :mod:`.ops`).
+
+Used by the certified lookup tables (:mod:`bandcore.tables`) and by the solvers' seed tables (:mod:`.seeds`);
+the grid and its arrays are built by :mod:`.grid`; :mod:`.backends` binds it to NumPy, torch and (generated)
+Numba like :mod:`.solvers`.
+
+**Grid.** A function is tabulated on :math:`[a, b] \subset (0, \infty)`.  Octave :math:`e`
+(:math:`2^e \le L < 2^{e+1}`) is cut into :math:`2^{k_e}` equal cells (:math:`k_e` is the octave's *level*);
+an end :math:`a` or :math:`b` inside an octave shortens the cell that holds it.  The cell of :math:`L` is read off
+its float64 bits with no search and no transcendental: the exponent field gives the octave, the top
+:math:`k_e` mantissa bits the cell,
+
+.. math::  c = \mathrm{off}_e + \big\lfloor m\,2^{k_e} \big\rfloor, \qquad L = 2^{e}(1 + m),\ m \in [0, 1).
+
+(:math:`L = -\log p` is exact in float64 for a float32 or float64 input: a sign flip.)
+
+**Cells.** On a cell :math:`[L_c, L_c + w]` with values :math:`F_0, F_1` and slopes :math:`F'_0, F'_1`, the
+Hermite cubic is stored in Horner form in :math:`s = (L - L_c)/w`,
+
+.. math::  F = c_0 + s\,(c_1 + s\,(c_2 + s\,c_3)),\quad c_0 = F_0,\ c_1 = wF'_0,\
+           c_2 = 3(F_1 - F_0) - (2F'_0 + F'_1)w,\ c_3 = 2(F_0 - F_1) + (F'_0 + F'_1)w.
+
+**Bounds** (:func:`bound_log`): the stored function of a table bound (``kind``) is 0 — :math:`\log r`
+(upper bounds, clamped to :math:`[0, L]`, i.e. :math:`1 \le r \le 1/p`); 1 — :math:`r` (a lower bound that
+reaches 0; :math:`\log r = \log F`); 2 — :math:`\log(-\log r)` (a lower bound that never saturates;
+:math:`\log r = -e^F`).  Left of :math:`a` a saturated side returns the exact :math:`\log r = L`
+(:math:`r = 1/p`), otherwise the end value; right of :math:`b` a saturated side returns :math:`-\infty`
+(:math:`r = 0`), otherwise the end tangent in :math:`L`.
+
+A bound's arrays are ``(fm, im, off, shift, cells)``: ``fm = (a, b, F(a), F(b), F'(b))``,
+``im = (kind, saturated left of a, saturated right of b, e_a)``, ``off``/``shift`` (= 52 − level) per octave
+and ``cells`` rows :math:`(L_c, 1/w, c_0, c_1, c_2, c_3)`.
+"""
+
+from __future__ import annotations
+
+from .ops import numpy_ops as xp  # rebound per backend by .backends
+
+__all__ = ["bound_log", "interpolate", "table_bounds"]
+
+MANTISSA = 0xFFFFFFFFFFFFF  # the 52 mantissa bits of a float64
+#: above this L the right end's tangent is evaluated at this L (0 * inf would be NaN)
+L_BIG = 1e300
+
+
+def interpolate(L, fm, im, off, shift, cells):
+    """F(L) for L in [a, b]: the Hermite cubic of L's cell; the end value left of a, the end tangent right of b."""
+    bits = xp.float_bits(L)
+    o = xp.minimum(xp.maximum((bits >> 52) - (1023 + im[3]), 0), off.shape[0] - 1)  # octave, counted from a's
+    c = xp.minimum(xp.maximum(off[o] + ((bits & MANTISSA) >> shift[o]), 0), cells.shape[0] - 1)
+    s = (L - cells[c, 0]) * cells[c, 1]
+    inner = cells[c, 2] + s * (cells[c, 3] + s * (cells[c, 4] + s * cells[c, 5]))
+    right = fm[3] + fm[4] * (xp.minimum(L, L_BIG) - fm[1])
+    return xp.where(L <= fm[0], fm[2], xp.where(L >= fm[1], right, inner))
+
+
+def bound_log(L, fm, im, off, shift, cells):
+    """log r of one tabulated bound at L = -log p >= 0 (module docstring)."""
+    f = interpolate(L, fm, im, off, shift, cells)
+    if im[0] == 0:
+        y = xp.minimum(xp.maximum(f, 0.0), L)  # 1 <= r_up <= 1/p
+    elif im[0] == 1:
+        y = xp.where(f > 0.0, xp.log(xp.minimum(f, 1.0)), -xp.inf)
+    else:
+        y = -xp.exp(f)
+    if im[1]:
+        y = xp.where(L <= fm[0], L, y)  # saturated upper bound: r = 1/p
+    if im[2]:
+        y = xp.where(L >= fm[1], -xp.inf, y)  # saturated lower bound: r = 0
+    return y
+
+
+def table_bounds(lp, lower, upper, tol):
+    """(log r_lo, log r_up) of a table at log p; log p in (0, tol] reads as 0, above tol or NaN gives NaN."""
+    L = xp.where(lp < 0.0, -lp, 0.0)  # exact; -0.0 never reaches the bits
+    lo = bound_log(L, lower[0], lower[1], lower[2], lower[3], lower[4])
+    up = bound_log(L, upper[0], upper[1], upper[2], upper[3], upper[4])
+    bad = xp.logical_not(lp <= tol)
+    return xp.where(bad, xp.nan, lo), xp.where(bad, xp.nan, up)
