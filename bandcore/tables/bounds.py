@@ -24,9 +24,10 @@ from .evaluate import MAX_LEVEL, KernelBound, eval_log, octave_grid, octave_of, 
 from .formats import TableFileError
 from .limits import L_RANGE, MAX_KNOTS
 from .pieces import bisection_band_log, pieces, saturation_threshold
+from .shape import LOG_NEG_LOG_R, LOG_R, LOG_R_LOWER, RATIO, lower_tail_kind, threshold_exponent
 
-__all__ = ["BUILDER", "DEFAULT_TARGET", "L_RANGE", "TabulatedBound", "build_bound", "builder_of", "certificate",
-           "exact_solver", "rel_log_error"]  # fmt: skip
+__all__ = ["BUILDER", "DEFAULT_TARGET", "LOG_NEG_LOG_R", "LOG_R", "LOG_R_LOWER", "L_RANGE", "RATIO", "TabulatedBound",
+           "build_bound", "builder_of", "certificate", "exact_solver", "rel_log_error"]  # fmt: skip
 
 #: Default certified error target, |Δ log r| / max(1, |log r|).
 DEFAULT_TARGET = 1e-7
@@ -38,12 +39,10 @@ CHECK_S = np.arange(1, 12) / 12.0  # check points per cell, midpoint included
 GAP_FACTOR = 1.25  # certificate margin for the gaps between check points
 #: the tails outside L_RANGE that the certificate also measures (left: down to p = 1; right: p < e^-680)
 LEFT_TAIL = np.array([2.0**-121, 2.0**-200, 1e-300, 5e-324, 0.0])
-RIGHT_TAIL = np.array([690.0, 700.0])
+RIGHT_TAIL = np.array([690.0, 700.0, 1e3])
 METHOD = "cubic Hermite in L = -log(p) on octave cells, slopes by implicit differentiation of g_f"
 ERROR_MEASURE = "|Δ log r| / max(1, |log r|)"
 
-# kinds of stored function (see bandcore.tables.evaluate)
-LOG_R, RATIO, LOG_NEG_LOG_R = 0, 1, 2
 
 
 def exact_solver() -> Callable[[np.ndarray, Divergence, float], tuple[np.ndarray, np.ndarray]]:
@@ -109,7 +108,7 @@ def stored(kind: int, L: np.ndarray, y: np.ndarray, parts, kink: float | None = 
         if kind == RATIO:
             return np.exp(y), parts.slope_in_L(L, y, ratio=True)
         slope = parts.slope_in_L(L, y, kink=L == kink)
-        if kind == LOG_R:
+        if kind in (LOG_R, LOG_R_LOWER):
             return y, slope
         return np.log(-y), slope / y  # d/dL log(-y) = y'/y
 
@@ -141,17 +140,24 @@ def rel_log_error(approx: np.ndarray, exact: np.ndarray) -> np.ndarray:
 
 
 def bound_domain(div: Divergence, delta: float, side: str) -> tuple[int, float, float, bool]:
-    """(kind, a, b, saturated) of one bound: the tabulated range [a, b] ends at a saturation kink."""
+    """(kind, a, b, saturated) of one bound: the tabulated range [a, b] ends at a saturation kink.
+
+    The kind is the stored function that is smooth on [a, b] and linear in L beyond 680
+    (:mod:`bandcore.tables.shape`): log r for an upper bound, r for a lower bound that saturates, and for one
+    that does not, log(-log r) or log r, whichever is linear as p -> 0.  A bound that is not smooth at its
+    threshold is refused here, before anything is built (:func:`~bandcore.tables.shape.threshold_exponent`)."""
     sat = saturation_threshold(div, delta, side, L_RANGE)
     if sat == "all":
         raise ValueError(
             f"the {side} bound of {div.name} at delta={delta} is saturated for every p: nothing to tabulate"
         )
     a, b = L_RANGE
-    kind = LOG_R if side == "upper" else (LOG_NEG_LOG_R if sat is None else RATIO)
-    if sat is not None:
-        a, b = (sat, b) if side == "upper" else (a, sat)
-    return kind, a, b, sat is not None
+    if sat is None:
+        kind = LOG_R if side == "upper" else lower_tail_kind(div, delta)
+        return kind, a, b, False
+    threshold_exponent(div, delta, side, sat)
+    a, b = (sat, b) if side == "upper" else (a, sat)
+    return (LOG_R if side == "upper" else RATIO), a, b, True
 
 
 def n_octaves(a: float, b: float) -> int:
@@ -237,7 +243,7 @@ def bound_metadata(lower: TabulatedBound, upper: TabulatedBound) -> dict[str, An
         "grid": "octave [2^e, 2^(e+1)) of L cut into 2^level equal cells; knots = a, grid points inside, b",
         "lower_kind": lower.kind,
         "upper_kind": upper.kind,
-        "kinds": "0: log r, 1: r, 2: log(-log r)",
+        "kinds": "0: log r, 1: r, 2: log(-log r), 3: log r (a lower bound)",
         "lower_saturated_at_or_above_L": lower.knots[-1] if lower.saturated_right else None,
         "upper_saturated_at_or_below_L": upper.knots[0] if upper.saturated_left else None,
         "L_range": list(L_RANGE),
@@ -266,7 +272,7 @@ def bound_from_arrays(side, knots, values, slopes, levels, meta) -> TabulatedBou
                              f"the file holds {len(knots)}")  # fmt: skip
     if not np.array_equal(octave_grid(knots[0], knots[-1], levels), knots):
         raise TableFileError(f"{side} knots are not the octave grid of their levels")
-    if kind not in ((LOG_R,) if side == "upper" else (RATIO, LOG_NEG_LOG_R)):
+    if kind not in ((LOG_R,) if side == "upper" else (RATIO, LOG_NEG_LOG_R, LOG_R_LOWER)):
         raise TableFileError(f"{side} kind {kind} is not valid for this bound")
     edge = knots[-1] if side == "lower" else knots[0]
     if sat is not None and float(sat) != edge:

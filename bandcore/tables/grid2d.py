@@ -42,6 +42,7 @@ from .bounds import (
     L_RANGE,
     LOG_NEG_LOG_R,
     LOG_R,
+    LOG_R_LOWER,
     TabulatedBound,
     bound_from_arrays,
     bound_metadata,
@@ -61,6 +62,7 @@ from .evaluate import octave_grid
 from .formats import TableFileError, write_table
 from .limits import MAX_KNOTS, MAX_NODES
 from .pieces import pieces
+from .shape import lower_tail_kind
 from .table import BUILDERS, LOADERS, SPOT_CHECKS, BandTable, check_certificate
 
 __all__ = ["BandTable2D"]
@@ -98,7 +100,7 @@ def _coefficients(samples: np.ndarray, cutoff: np.ndarray) -> np.ndarray:
 def _build_surface(div, ell_range, side, target, solve, bar):
     parts = pieces(div)
     index = 1 if side == "upper" else 0
-    kind = LOG_R if side == "upper" else LOG_NEG_LOG_R
+    kind = LOG_R if side == "upper" else lower_tail_kind(div, math.exp(sum(ell_range) / 2))
     a, b = L_RANGE
     lo, hi = ell_range
 
@@ -298,12 +300,13 @@ class BandTable2D:
     def from_arrays(cls, arrays, meta) -> BandTable2D:
         try:
             surfaces = {}
-            for side, kind in (("lower", LOG_NEG_LOG_R), ("upper", LOG_R)):
+            for side, kinds in (("lower", (LOG_NEG_LOG_R, LOG_R_LOWER)), ("upper", (LOG_R,))):
                 knots, levels = arrays[f"{side}_knots"], arrays[f"{side}_levels"]
                 cv, cs = arrays[f"{side}_coef_values"], arrays[f"{side}_coef_slopes"]
                 if cv.ndim != 2 or cv.shape != cs.shape or cv.shape[1] != len(knots) or not 2 <= len(cv) <= MAX_NODES:
                     raise TableFileError(f"{side}: coefficient arrays do not match the knots")
-                if int(meta[f"{side}_kind"]) != kind:
+                kind = int(meta[f"{side}_kind"])
+                if kind not in kinds:
                     raise TableFileError(f"{side} kind {meta[f'{side}_kind']} is not valid for a 2-D table")
                 bound = bound_from_arrays(side, knots, cv[0], cs[0], levels, meta)  # validates the grid
                 surfaces[side] = Surface(bound.knots, bound.levels, cv, cs, kind)

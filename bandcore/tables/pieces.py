@@ -103,6 +103,8 @@ class GeneratorPieces:
             e_neg = np.exp(-y)
             num = one_minus_p * (self.phi_r(em1, y, np.exp(y)) - e_neg * self.T(t_s)) + tp * np.expm1(-y)
             above = -num / (self.dphi_r(em1, y, np.exp(y)) - tp)
+            # f'(s) -> -inf as s -> 0 (Hellinger, alpha < 1): the T' terms dominate, dy/dx -> expm1(-y)
+            above = np.where(np.isinf(tp), np.expm1(-y), above)
             slope = np.where(y > 0, above, below)
             # s = 0 to double precision (t_s = -1): y = -log p to the last bit, so dy/dx = -(1-p)
             return np.where((t_s <= -1.0) & ~np.asarray(kink, dtype=bool), -one_minus_p, slope)
