@@ -43,6 +43,16 @@ octave grid, which refines towards :math:`L = 0` only, cannot follow a singulari
 :math:`\varepsilon = 10^{-4}L^*` and :math:`10^{-6}L^*`; a bound whose exponent is not the same integer at
 both is refused before anything is built, with the reason.  (Tabulating those needs a kernel coordinate
 centred on :math:`L^*`, e.g. cells in :math:`L^* - L`; the evaluation kernel has none.)
+
+**Limit at a γ = 2 lower threshold** (Hellinger, α = ½).  :math:`r \propto \varepsilon^2` is smooth and
+the cubic of the last cell (width :math:`w`, value and slope 0 at :math:`L^*`) is accurate, but the kernel
+evaluates it in Horner form from the cell's *left* knot, where :math:`r \sim w^2`: the sum cancels to
+:math:`r \sim \varepsilon^2` with an absolute error :math:`\sim 10^{-16} w^2`, a relative one
+:math:`\sim 10^{-16}(w/\varepsilon)^2`.  With :math:`w \approx 6\cdot10^{-4}` that is
+:math:`|\Delta\log r|/|\log r| \approx 3\cdot10^{-7}` at :math:`\varepsilon = 10^{-9}L^*` (and
+:math:`3\cdot10^{-5}` at :math:`10^{-10}L^*`), beyond the certificate, which samples 11 points per cell.
+Storing :math:`\sqrt r` (linear in :math:`\varepsilon`), or evaluating a cell from its nearer knot, would
+remove it; both are kernel changes.
 """
 
 from __future__ import annotations

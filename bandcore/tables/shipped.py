@@ -1,8 +1,12 @@
 """The tables shipped in the package (``bandcore/tables/data``): their specification, regeneration, freshness.
 
-The shipped set (:data:`SHIPPED`) is 1-D tables for kl, tv and pearson at δ ∈ {0.01, 0.02, 0.05, 0.1, 0.2}
-and a 2-D KL table over δ ∈ [0.01, 0.2] (target 1e-7), all ``.npz``, listed with sizes, certified
-errors and checksums in ``manifest.json``.  :func:`regenerate` rebuilds them deterministically;
+The shipped set (:data:`SHIPPED`) is 1-D tables at δ ∈ {0.01, 0.02, 0.05, 0.1, 0.2} for every catalogue
+divergence the evaluation kernel can tabulate (:data:`SHIPPED_NAMES`; see :mod:`bandcore.tables.shape` for
+why js and reverse_kl cannot be, and for neyman the kernel's missing ``log r`` kind of a lower bound) and
+α = ½ of the α-family, and a 2-D KL table over δ ∈ [0.01, 0.2], all at target 1e-7, all ``.npz``, listed with
+sizes, certified errors and checksums in ``manifest.json``.  :func:`regenerate` rebuilds them; a build depends
+on its inputs only (no clock, no thread count: ``tests/test_tables_determinism.py``), so regenerating
+unchanged code reproduces every file byte for byte;
 :func:`check_shipped` (``bandcore table check-shipped``, and a test) reports them stale when the manifest, a
 file's checksum or metadata disagree with the specification, or when the exact solver, recomputed at a sample
 of each table's knots, no longer reproduces the stored values and slopes.
@@ -23,11 +27,15 @@ from .grid2d import THRESHOLD, lobatto
 from .pieces import pieces
 from .table import BandTable
 
-__all__ = ["MANIFEST", "SHIPPED", "SHIPPED_DIR", "check_shipped", "regenerate"]
+__all__ = ["MANIFEST", "SHIPPED", "SHIPPED_DELTAS", "SHIPPED_DIR", "SHIPPED_NAMES", "check_shipped", "regenerate"]
 
+#: the divergences shipped as 1-D tables at every delta of :data:`SHIPPED_DELTAS`
+SHIPPED_NAMES = ("kl", "tv", "pearson", "hellinger", "lecam", "alpha(0.5)")
+#: the standard delta grid
+SHIPPED_DELTAS = (0.01, 0.02, 0.05, 0.1, 0.2)
 #: (divergence, delta or (lo, hi), target) of every shipped table.
 SHIPPED: tuple[tuple[str, Any, float], ...] = (
-    *((name, delta, 1e-7) for name in ("kl", "tv", "pearson") for delta in (0.01, 0.02, 0.05, 0.1, 0.2)),
+    *((name, delta, 1e-7) for name in SHIPPED_NAMES for delta in SHIPPED_DELTAS),
     ("kl", (0.01, 0.2), 1e-7),
 )
 MANIFEST = "manifest.json"
