@@ -1,8 +1,9 @@
 """Lookup tables of the Band with a certified error (1-D in p, 2-D in (p, δ)), their files and shipped set.
 
 Modules: :mod:`.table` (:class:`BandTable`), :mod:`.grid2d` (:class:`BandTable2D`), :mod:`.bounds` (building
-and certifying one bound), :mod:`.evaluate` (the Numba and torch kernels), :mod:`.pieces` (the exact solver
-and slopes), :mod:`.formats` (files), :mod:`.limits`, :mod:`.shipped` (the tables in ``data/``).
+and certifying one bound), :mod:`.shape` (which stored function is smooth at each end of a bound, and what
+cannot be tabulated), :mod:`.evaluate` (the kernels), :mod:`.pieces` (the exact solver and slopes),
+:mod:`.formats` (files), :mod:`.limits`, :mod:`.shipped` (the tables in ``data/``).
 """
 
 from __future__ import annotations
