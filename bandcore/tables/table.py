@@ -12,7 +12,7 @@ of its log-probability), with slopes from implicit differentiation of :math:`g_f
 :math:`e` over the final check points, times 1.25 for the gaps between them (the Hermite error is a smooth
 :math:`\propto s^2(1-s)^2` bump per cell, so 11 samples see its peak to within a few per cent).  The check
 points include the tails outside the grid: :math:`L` from :math:`2^{-121}` down to 0 (:math:`p = 1`), where the
-end value is used, and :math:`L = 690, 700`, where the end tangent is (the stored functions are linear in
+end value is used, and :math:`L = 690, 700, 1000`, where the end tangent is (the stored functions are linear in
 :math:`L` up to :math:`O(p)`).
 
 **Loading** checks the file (:mod:`bandcore.tables.formats`), the grid, that the label names the stored
