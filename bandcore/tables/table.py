@@ -10,7 +10,8 @@ of its log-probability), with slopes from implicit differentiation of :math:`g_f
 :math:`e = |\Delta \log r| / \max(1, |\log r|)` — the relative error of the ratio bound wherever
 :math:`e^{-1} \le r \le e` and the relative error of :math:`\log r` beyond.  ``max_rel_error`` is the largest
 :math:`e` over the final check points, times 1.25 for the gaps between them (the Hermite error is a smooth
-:math:`\propto s^2(1-s)^2` bump per cell, so 11 samples see its peak to within a few per cent).  The check
+:math:`\propto s^2(1-s)^2` bump per cell, so 11 samples see its peak to within a few per cent), rounded up to
+3 significant digits (:func:`~bandcore.tables.bounds.certificate`).  The check
 points include the tails outside the grid: :math:`L` from :math:`2^{-121}` down to 0 (:math:`p = 1`), where the
 end value is used, and :math:`L = 690, 700, 1000`, where the end tangent is (the stored functions are linear in
 :math:`L` up to :math:`O(p)`).
