@@ -212,6 +212,11 @@ def _setup(settings: dict[str, Any], oracle_points: int, bar: Any) -> tuple[dict
     return report, inputs, points
 
 
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:300]}{'...' if len(text) > 300 else ''}"
+
+
 def _error(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
@@ -264,17 +269,19 @@ def _bench_divergence(
     bar.update(1 + (method_count(divergence, report["published_single_thread"]) - len(methods)) * len(inputs))
     for method in methods:
         bar.set_postfix_str(f"{divergence}: {method.name}")
-        try:
+        rows = []
+        try:  # a method that fails (a backend missing or broken here) is reported, and the run goes on
             accuracy = _accuracy(method, points, exact)
-        except (ImportError, ValueError, TypeError) as err:  # a backend not available here
-            report["unavailable"][f"{divergence}:{method.name}"] = f"{type(err).__name__}: {err}"
-            bar.update(len(inputs))
+            for n, x in inputs.items():
+                timing = _time_method(method, torch.from_numpy(x) if method.torch_input else x, report["repeats"])
+                row = {"n_tokens": n, "divergence": divergence, "method": method.name, "kind": method.kind}
+                rows.append({**row, "threads": method.threads, **timing, **accuracy})
+                bar.update(1)
+        except Exception as err:
+            report["unavailable"][f"{divergence}:{method.name}"] = _one_line(err)
+            bar.update(len(inputs) - len(rows))
             continue
-        for n, x in inputs.items():
-            timing = _time_method(method, torch.from_numpy(x) if method.torch_input else x, report["repeats"])
-            row = {"n_tokens": n, "divergence": divergence, "method": method.name, "kind": method.kind}
-            report["results"].append({**row, "threads": method.threads, **timing, **accuracy})
-            bar.update(1)
+        report["results"].extend(rows)
     for n in inputs:
         _add_ratios(report, divergence, n)
 
