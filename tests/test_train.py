@@ -11,7 +11,7 @@ import torch
 
 from bandcore.cli import build_parser, main
 from bandcore.rl.toy.buckets import P_BUCKETS, bucket_masks, bucket_metrics, clipped_by_bucket
-from bandcore.rl.toy.compare import compare, summarise
+from bandcore.rl.toy.compare import compare, render_markdown, summarise
 from bandcore.rl.toy.config import TrainConfig
 from bandcore.rl.toy.model import build_tiny_policy
 from bandcore.rl.toy.rollout import completion_log_probs, completion_mask, group_advantages, sample
@@ -268,12 +268,13 @@ def test_compare_on_a_micro_budget_writes_summary_and_plots(tmp_path, capsys):
         compare(tmp_path / "bad", overrides={"method": "band"}, seeds=1)
 
 
-def _synthetic_run(rewards, entropies, final):
+def _synthetic_run(rewards, entropies, final, rare_low=0.0):
     lines = [{"step": 0, "eval_reward": 0.1, "eval_entropy": 0.5, "eval_pass_at_k": 0.2, "eval_accuracy": 0.1,
               "eval_fork_frac": 0.4, "eval_answer_prob": 0.05, "eval_first_token_prob": 0.1}]
     for step, (reward, entropy) in enumerate(zip(rewards, entropies, strict=True), start=1):
         lines.append({"step": step, "reward": reward, "entropy": entropy, "clipfrac": 0.1,
-                      "final_abs_log_ratio": 0.2})
+                      "final_abs_log_ratio": 0.2, "token_frac/p<0.01": 0.1 * step, "clipfrac_low/p<0.01": rare_low,
+                      "clipfrac_high/p<0.01": 0.0, "final_log_ratio_neg/p<0.01": -rare_low * step})
     lines[-1].update({"eval_reward": final, "eval_entropy": 0.3, "eval_pass_at_k": 0.9, "eval_accuracy": final})
     return lines
 
@@ -281,8 +282,8 @@ def _synthetic_run(rewards, entropies, final):
 def test_summary_curve_metrics_and_paired_differences_by_hand():
     entropy = [0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
     runs = {
-        "clip": [_synthetic_run([0, 0, 0.5, 0.5, 1, 1], entropy, 0.9),
-                 _synthetic_run([0, 0, 0, 0, 0.5, 0.5], entropy, 0.5)],
+        "clip": [_synthetic_run([0, 0, 0.5, 0.5, 1, 1], entropy, 0.9, rare_low=0.2),
+                 _synthetic_run([0, 0, 0, 0, 0.5, 0.5], entropy, 0.5, rare_low=0.4)],
         "band-kl": [_synthetic_run([0.5, 0.5, 1, 1, 1, 1], entropy, 0.95),
                     _synthetic_run([0, 0.5, 0.5, 0.5, 0.5, 1], entropy, 0.6)],
     }
@@ -301,6 +302,13 @@ def test_summary_curve_metrics_and_paired_differences_by_hand():
     assert final["mean"] == pytest.approx(0.075) and final["t"] == pytest.approx(3.0)  # 0.075 / (0.0354 / √2)
     assert summary["regime"]["start_answer_prob"] == 0.05
     assert summary["regime"]["abs_log_ratio"]["clip"] == pytest.approx(0.2)
+    # rare tokens: a constant clip fraction per run; log r of rare tokens with A < 0 averaged over the steps
+    assert clip["clip_low_rare"]["per_seed"] == pytest.approx([0.2, 0.4])
+    assert clip["log_ratio_neg_rare"]["per_seed"] == pytest.approx([-0.2 * 3.5, -0.4 * 3.5])
+    assert summary["paired"]["band-kl"]["clip_low_rare"]["per_seed"] == pytest.approx([-0.2, -0.4])
+    assert "clip_low_common" not in clip  # no step had a common token
+    table = render_markdown(summary)
+    assert "| clip | 0.300 ± " in table and "| band-kl − clip | -0.300 [" in table
 
 
 def _comparable(summary):

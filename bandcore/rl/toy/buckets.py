@@ -10,9 +10,11 @@ step are read back in one host synchronisation.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-__all__ = ["P_BUCKETS", "bucket_masks", "bucket_metrics", "clipped_by_bucket"]
+__all__ = ["MECHANISM_FIELDS", "P_BUCKETS", "bucket_masks", "bucket_metrics", "clipped_by_bucket", "mechanism"]
 
 #: Buckets of the old probability p of a sampled token, p in [lo, hi) (the TRL adapter's edges).
 P_BUCKETS = (("p<0.01", 0.0, 0.01), ("p0.01-0.1", 0.01, 0.1), ("p0.1-0.5", 0.1, 0.5), ("p>=0.5", 0.5, float("inf")))
@@ -64,3 +66,45 @@ def bucket_metrics(bucket: torch.Tensor, side_sums: torch.Tensor, passes: int, f
         if n_pos[k] > 0:
             out[f"final_log_ratio_pos/{name}"] = sum_pos[k] / n_pos[k]
     return out
+
+
+RARE, COMMON = "p<0.01", "p>=0.5"
+#: The run-level numbers of :func:`mechanism` and what they mean.
+MECHANISM_FIELDS = {
+    "clip_low_rare": "rare tokens (p < 0.01) clipped below",
+    "clip_high_rare": "rare tokens clipped above",
+    "clip_low_common": "common tokens (p ≥ 0.5) clipped below",
+    "clip_high_common": "common tokens clipped above",
+    "log_ratio_neg_rare": "log r of rare tokens with A < 0 after a batch",
+    "log_ratio_pos_rare": "log r of rare tokens with A > 0 after a batch",
+}
+
+
+def _weighted(steps: list[dict[str, Any]], key: str, bucket: str) -> float | None:
+    """Token-weighted mean over the steps of ``key/bucket`` (weights ``token_frac/bucket``); None if never seen."""
+    pairs = [(s[f"{key}/{bucket}"], s[f"token_frac/{bucket}"]) for s in steps if f"{key}/{bucket}" in s]
+    weight = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / weight if weight > 0 else None
+
+
+def mechanism(steps: list[dict[str, Any]]) -> dict[str, float | None]:
+    r"""A run's rare-token numbers from its metric lines (steps :math:`\ge 1`), :data:`MECHANISM_FIELDS`.
+
+    ``clip_low_rare`` :math:`= \sum_s c_s w_s / \sum_s w_s` with :math:`c_s` the step's ``clipfrac_low/p<0.01``
+    and :math:`w_s` its ``token_frac/p<0.01`` (the fraction of all rare tokens of the run clipped below), and so
+    on for the other side and for :math:`p \ge 0.5`; ``log_ratio_neg_rare`` / ``log_ratio_pos_rare``: the mean
+    over the steps that had such tokens of ``final_log_ratio_neg/p<0.01`` / ``final_log_ratio_pos/p<0.01``.
+    ``None`` where no step had such a token.
+    """
+    def mean_of(key: str) -> float | None:
+        values = [s[key] for s in steps if key in s]
+        return sum(values) / len(values) if values else None
+
+    return {
+        "clip_low_rare": _weighted(steps, "clipfrac_low", RARE),
+        "clip_high_rare": _weighted(steps, "clipfrac_high", RARE),
+        "clip_low_common": _weighted(steps, "clipfrac_low", COMMON),
+        "clip_high_common": _weighted(steps, "clipfrac_high", COMMON),
+        "log_ratio_neg_rare": mean_of(f"final_log_ratio_neg/{RARE}"),
+        "log_ratio_pos_rare": mean_of(f"final_log_ratio_pos/{RARE}"),
+    }

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .buckets import MECHANISM_FIELDS, mechanism
 from .config import TrainConfig
 from .stats import CI_LEVEL, format_diff, format_mean, mean_ci, paired_difference, t_quantile
 from .train import CHECKPOINT_FILE, METRICS_FILE, RUN_FILES, WARMUP_FILE, read_metrics, run
@@ -81,6 +82,8 @@ CURVES = {
     "entropy": ("entropy", "mean token entropy (nat)"),
     "clipfrac": ("clipfrac", "fraction of tokens clipped"),
 }
+#: Columns of summary.md's third table, the rare-token mechanism (:data:`.buckets.MECHANISM_FIELDS`).
+MECHANISM_TABLE = ("clip_low_rare", "clip_high_rare", "clip_low_common", "clip_high_common", "log_ratio_neg_rare")
 #: Columns of summary.md: summary key -> header (``{k}``: eval_k).
 TABLE_COLUMNS = {"reward": "final reward", "pass_at_k": "pass@{k}", "entropy": "final entropy (nat)",
                  "entropy_late": "entropy, last third", "reward_auc": "reward AUC"}
@@ -209,7 +212,9 @@ def summarise(runs: dict[str, list[list[dict[str, Any]]]], base: TrainConfig, se
     and the mean batch reward and entropy over the first, middle and last third of the steps
     (``reward_early`` ... ``entropy_late``); ``clipfrac`` (mean over the run), ``abs_log_ratio`` (mean over the
     run of the mean |log r| after the last update of a batch: how far the ratio moves per batch) and, for the
-    Band, ``band_cost_frac`` (mean over the run).
+    Band, ``band_cost_frac`` (mean over the run); the rare-token numbers of :func:`.buckets.mechanism` where every
+    seed has such tokens (how often rare tokens were clipped on each side, how far those with :math:`A < 0` /
+    :math:`A > 0` moved per batch), also compared against clip under ``paired``.
 
     Every entry holds ``n``, ``mean``, ``std``, ``se``, the 95 % Student-t interval ``ci`` and its
     ``ci_half_width``, and ``per_seed``.  ``paired``: for every method but the first, its per-seed difference
@@ -232,13 +237,19 @@ def summarise(runs: dict[str, list[list[dict[str, Any]]]], base: TrainConfig, se
                 values[f"{field}_{window}"] = [seed[i] for seed in thirds]
         values["clipfrac"] = [float(np.mean([s["clipfrac"] for s in lines])) for lines in steps]
         values["abs_log_ratio"] = [float(np.mean([s["final_abs_log_ratio"] for s in lines])) for lines in steps]
+        rare = [mechanism(lines) for lines in steps]
+        for key in MECHANISM_FIELDS:  # only where every seed has such tokens (e.g. rare tokens with A > 0)
+            if all(r[key] is not None for r in rare):
+                values[key] = [r[key] for r in rare]
         if all("band_cost_frac" in s for lines in steps for s in lines):
             values["band_cost_frac"] = [float(np.mean([s["band_cost_frac"] for s in lines])) for lines in steps]
         per_seed[name] = values
         methods[name] = {key: mean_ci(v) for key, v in values.items()}
 
     reference = next(iter(runs))
-    paired = {name: {key: paired_difference(per_seed[name][key], per_seed[reference][key]) for key in PAIRED_FIELDS}
+    paired = {name: {key: paired_difference(per_seed[name][key], per_seed[reference][key])
+                     for key in (*PAIRED_FIELDS, *MECHANISM_FIELDS)
+                     if key in per_seed[name] and key in per_seed[reference]}
               for name in runs if name != reference}
 
     starts = [lines[0] for lines in runs[reference]]
@@ -307,6 +318,18 @@ def render_markdown(summary: dict[str, Any]) -> str:
         if name != "reference":
             lines.append(f"| {name} − {reference} | " + " | ".join(format_diff(entry[key]) for key in TABLE_COLUMNS)
                          + " |")
+    keys = [key for key in MECHANISM_TABLE if all(key in entry for entry in summary["methods"].values())]
+    if keys:
+        lines += ["", "Rare tokens (old probability p < 0.01) and common ones (p ≥ 0.5) over the run: fraction "
+                  "clipped on each side; mean log r after a batch's updates of rare tokens with A < 0.", "",
+                  "| method | " + " | ".join(MECHANISM_FIELDS[key] for key in keys) + " |",
+                  "| --- |" + " --- |" * len(keys)]
+        for name, entry in summary["methods"].items():
+            lines.append(f"| {name} | " + " | ".join(format_mean(entry[key]) for key in keys) + " |")
+        for name, entry in summary["paired"].items():
+            if name != "reference":
+                lines.append(f"| {name} − {reference} | " + " | ".join(format_diff(entry[key]) for key in keys)
+                             + " |")
     return "\n".join(lines) + "\n"
 
 

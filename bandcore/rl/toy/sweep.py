@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from .buckets import mechanism
 from .compare import REGIME
 from .config import TrainConfig
 from .stats import CI_LEVEL, format_diff, format_mean, mean_ci, paired_difference
@@ -67,7 +68,6 @@ GRID_FIELDS = ("demo_correct", "demo_noise", "method", "divergence", "delta", "c
                "min_ratio", "max_ratio")
 #: Per-run metrics compared against clip.
 PAIRED = ("entropy_late", "entropy_final", "reward_auc", "reward_final")
-RARE, COMMON = "p<0.01", "p>=0.5"
 
 
 def _cell(rarity: float, noise: float) -> str:
@@ -144,44 +144,23 @@ def _finished(directory: Path, steps: int) -> bool:
     return bool(lines) and lines[-1]["step"] == steps and "eval_reward" in lines[-1]
 
 
-def _weighted(steps: list[dict[str, Any]], key: str, bucket: str) -> float | None:
-    """Token-weighted mean over the steps of ``key/bucket`` (weights ``token_frac/bucket``); None if never seen."""
-    pairs = [(s[f"{key}/{bucket}"], s[f"token_frac/{bucket}"]) for s in steps if f"{key}/{bucket}" in s]
-    weight = sum(w for _, w in pairs)
-    return sum(v * w for v, w in pairs) / weight if weight > 0 else None
-
-
 def run_metrics(lines: list[dict[str, Any]]) -> dict[str, float | None]:
     r"""The per-run numbers of the sweep from a run's metric lines (line 0: the warmed-up policy).
 
     ``entropy_late`` :math:`= \frac{1}{|W|}\sum_{s \in W} H_s` over the last third :math:`W` of the steps;
     ``reward_auc`` :math:`= \frac1S \sum_s R_s`; ``entropy_final`` / ``reward_final`` from the final evaluation;
-    ``start_answer_prob``: π(answer) after the warm-up; ``clip_low_rare`` / ``clip_high_rare`` /
-    ``clip_low_common`` / ``clip_high_common``: fraction of :math:`p < 0.01` (:math:`p \ge 0.5`) tokens clipped
-    below / above, weighted by the bucket's token share per step; ``log_ratio_neg_rare`` /
-    ``log_ratio_pos_rare``: mean over the steps of the mean :math:`\log r` after the batch's updates of rare
-    tokens with :math:`A < 0` / :math:`A > 0` (None where no step had such a token).
+    ``start_answer_prob``: π(answer) after the warm-up; and the rare-token numbers of :func:`.buckets.mechanism`.
     """
     steps = [line for line in lines if line["step"] > 0]
     late = np.array_split(np.array([s["entropy"] for s in steps]), 3)[-1]
     final = lines[-1]
-
-    def mean_of(key: str) -> float | None:
-        values = [s[key] for s in steps if key in s]
-        return float(np.mean(values)) if values else None
-
     return {
         "entropy_late": float(late.mean()),
         "entropy_final": final["eval_entropy"],
         "reward_auc": float(np.mean([s["reward"] for s in steps])),
         "reward_final": final["eval_reward"],
         "start_answer_prob": lines[0]["eval_answer_prob"],
-        "clip_low_rare": _weighted(steps, "clipfrac_low", RARE),
-        "clip_high_rare": _weighted(steps, "clipfrac_high", RARE),
-        "clip_low_common": _weighted(steps, "clipfrac_low", COMMON),
-        "clip_high_common": _weighted(steps, "clipfrac_high", COMMON),
-        "log_ratio_neg_rare": mean_of(f"final_log_ratio_neg/{RARE}"),
-        "log_ratio_pos_rare": mean_of(f"final_log_ratio_pos/{RARE}"),
+        **mechanism(steps),
     }
 
 
@@ -225,15 +204,15 @@ def render_sweep(result: dict[str, Any]) -> str:
             row = [format_diff(entry["paired"][name][key]) for name in names]
             out.append(f"| {cell} | {entry['start_answer_prob']:.3g} | " + " | ".join(row) + " |")
         out.append("")
-    mechanism = {"clip_low_rare": "rare tokens clipped below", "clip_high_rare": "rare tokens clipped above",
-                 "log_ratio_neg_rare": "log r of rare tokens, A < 0",
-                 "log_ratio_pos_rare": "log r of rare tokens, A > 0", "entropy_late": "entropy, last third"}
+    columns = {"clip_low_rare": "rare tokens clipped below", "clip_high_rare": "rare tokens clipped above",
+               "log_ratio_neg_rare": "log r of rare tokens, A < 0",
+               "log_ratio_pos_rare": "log r of rare tokens, A > 0", "entropy_late": "entropy, last third"}
     out += ["Mechanism, mean over the cells of each cell's mean over seeds (p < 0.01: rare tokens; log r after a "
-            "batch's updates):", "", "| variant | " + " | ".join(mechanism.values()) + " |",
-            "| --- |" + " --- |" * len(mechanism)]
+            "batch's updates):", "", "| variant | " + " | ".join(columns.values()) + " |",
+            "| --- |" + " --- |" * len(columns)]
     for name in result["variants"]:
         row = []
-        for key in mechanism:
+        for key in columns:
             values = [c["variants"][name][key]["mean"] for c in cells.values() if key in c["variants"][name]]
             row.append(format_mean({"mean": float(np.mean(values)), "ci_half_width": None}) if values else "–")
         out.append(f"| {name} | " + " | ".join(row) + " |")
