@@ -6,12 +6,14 @@ import importlib.util
 import inspect
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 
 from bandcore.rl import band_policy_loss
@@ -149,10 +151,16 @@ def test_trl_version_range_is_checked(monkeypatch):
 
 
 def test_the_rl_extra_pins_the_supported_trl_range():
-    from bandcore.rl.trl import SUPPORTED_TRL
+    """pyproject's rl extra declares the range the import checks; CI tests its lower end (.ci/run)."""
+    from bandcore.rl.trl import _TRL_RANGE, SUPPORTED_TRL
 
-    pyproject = (EXAMPLE.parents[1] / "pyproject.toml").read_text()
+    root = EXAMPLE.parents[1]
+    pyproject = (root / "pyproject.toml").read_text()
     assert f'"{SUPPORTED_TRL}"' in pyproject
+    lowest = re.search(r'"trl==([\d.]+)" "transformers==([\d.]+)"', (root / ".ci" / "run").read_text())
+    assert lowest, ".ci/run no longer installs the lowest supported TRL"
+    assert Version(lowest[1]).release[:2] == _TRL_RANGE[0] and Version(lowest[1]).micro == 0, lowest[1]
+    assert f'"transformers>={lowest[2]}"' in pyproject  # the lowest transformers the extra allows
 
 
 def test_trl_clamps_and_measures_with_the_epsilon_attributes():
