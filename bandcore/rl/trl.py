@@ -42,8 +42,10 @@ and, per bucket of the old probability :math:`p`, the Band's clipped fraction of
 ``band/clip_ratio/p<0.01``, ``band/clip_ratio/p0.01-0.1``, ``band/clip_ratio/p0.1-0.5``,
 ``band/clip_ratio/p>=0.5`` (a bucket holding no token in a step, over all processes, logs nothing that step).
 
-TRL versions: written against TRL 1.16 and its private ``GRPOTrainer._compute_loss`` /
-``_get_per_token_logps_and_entropies``; importing this module with a TRL outside ``SUPPORTED_TRL`` raises
+TRL versions: :data:`SUPPORTED_TRL`; CI runs the TRL tests at both ends (TRL 1.16 with the newest transformers,
+and TRL 1.14.0 with transformers 4.56.2, the lowest it accepts).  The trainer overrides exactly two private
+methods, ``GRPOTrainer._compute_loss`` and ``_get_per_token_logps_and_entropies`` (tests guard their signatures
+and the lines of TRL's loss this relies on); importing this module with a TRL outside ``SUPPORTED_TRL`` raises
 ``ImportError``.
 """
 
