@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -193,6 +194,19 @@ def plot(log: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def window_line(window: list[dict[str, Any]]) -> str:
+    """One line for consecutive log entries: mean reward (generating steps), entropy, clip fractions (later
+    passes, where the ratio has moved)."""
+
+    def mean(key: str, entries: list[dict[str, Any]]) -> str:
+        values = [entry[key] for entry in entries if key in entry]
+        return f"{sum(values) / len(values):.3f}" if values else "  n/a"
+
+    later = [entry for entry in window if "reward" not in entry]
+    return (f"steps {window[0]['step']:4d}-{window[-1]['step']:<4d}  reward {mean('reward', window)}  entropy "
+            f"{mean('entropy', window)}  clipped: Band {mean(CURVES[2], later)}, fixed clip {mean(CURVES[3], later)}")
+
+
 def summary(log: list[dict[str, Any]], last: int = 5) -> dict[str, float]:
     """Reward at the first generation and mean reward over the ``last`` generations (the run's headline)."""
     rewards = [entry["reward"] for entry in log if "reward" in entry]
@@ -218,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Warm up, train with GRPO and the Band, write ``log.json`` and ``curves.png``; returns the per-step log."""
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    # transformers 5 deprecates a property that TRL reads at every generation; nothing to act on here
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -252,9 +268,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     seconds = time.perf_counter() - started
     if warmup_loss is not None:
         print(f"warm-up: {args.warmup_steps} steps, last cross-entropy {warmup_loss:.3f}")
-    for entry in log:
-        if entry is log[0] or entry is log[-1] or entry["step"] % 20 == 0:
-            print(f"step {entry['step']:4d}  " + "  ".join(f"{k} {entry[k]:.3f}" for k in CURVES if k in entry))
+    for first in range(0, len(log), 20):
+        print(window_line(log[first : first + 20]))
     headline = "  ".join(f"{k} {v:.3f}" for k, v in summary(log).items())
     print(f"{len(log)} GRPO steps, {seconds:.0f} s in all; {headline}; wrote {out / 'log.json'}, {out / 'curves.png'}")
     return log
