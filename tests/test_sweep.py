@@ -74,6 +74,8 @@ def test_sweep_on_a_micro_budget(tmp_path, capsys):
     diff = cell["paired"]["band δ=0.05"]["entropy_late"]
     clip, band = (cell["variants"][n]["entropy_late"]["per_seed"] for n in ("clip", "band δ=0.05"))
     assert diff["per_seed"] == pytest.approx([b - c for b, c in zip(band, clip, strict=True)])
+    pooled = result["pooled"]["paired"]["band δ=0.05"]["entropy_late"]  # one cell: pooled = that cell
+    assert pooled["per_seed"] == diff["per_seed"] and pooled["n"] == 2
     # every variant started from clip's warm-up: the same warmed-up policy (step-0 evaluation)
     starts = {json.dumps(read_metrics(run_dir / d / "seed1" / METRICS_FILE)[0]["eval_answer_prob"])
               for d in ("clip", "band_delta0.05", "band-upper_delta0.05")}

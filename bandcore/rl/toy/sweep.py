@@ -23,8 +23,9 @@ policy, same random streams), so each seed is a paired comparison against clip. 
 (mean batch entropy over the last third of the RL steps), ``entropy_final`` (final evaluation), ``reward_auc``
 (mean batch reward over the run), ``reward_final``; the mechanism, token-weighted over the run: the fraction of
 rare (:math:`p < 0.01`) tokens clipped below and above, and the mean :math:`\log r` after a batch's updates of
-rare tokens with :math:`A < 0` and :math:`A > 0` (:mod:`.buckets`).  Per cell and variant: the mean and 95 %
-Student-t interval, and the paired difference from clip with its paired t interval (:mod:`.stats`).
+rare tokens with :math:`A < 0` and :math:`A > 0` (:mod:`.buckets`).  Per cell and variant, and pooled over
+all cells: the mean and 95 % Student-t interval, and the paired difference from clip with its paired t interval
+(:mod:`.stats`).
 
 Writes ``DIR/runs/<cell>/<variant>/seed<k>/``, ``DIR/sweep.json``, ``DIR/sweep.md`` and ``DIR/mechanism.png``.
 """
@@ -68,6 +69,9 @@ GRID_FIELDS = ("demo_correct", "demo_noise", "method", "divergence", "delta", "c
                "min_ratio", "max_ratio")
 #: Per-run metrics compared against clip.
 PAIRED = ("entropy_late", "entropy_final", "reward_auc", "reward_final")
+#: Columns of the pooled table of sweep.md.
+POOLED_COLUMNS = {"entropy_late": "Δ entropy, last third (nat)", "entropy_final": "Δ final entropy (nat)",
+                  "reward_auc": "Δ reward AUC", "reward_final": "Δ final reward"}
 
 
 def _cell(rarity: float, noise: float) -> str:
@@ -167,10 +171,18 @@ def run_metrics(lines: list[dict[str, Any]]) -> dict[str, float | None]:
 def summarise_sweep(lines: dict[str, dict[str, list[list[dict[str, Any]]]]], base: TrainConfig,
                     seeds: int) -> dict[str, Any]:
     """Per cell and variant: :func:`.stats.mean_ci` of every :func:`run_metrics` number (over the seeds where it
-    is defined) and, for all but clip, :func:`.stats.paired_difference` of :data:`PAIRED` against clip."""
+    is defined) and, for all but clip, :func:`.stats.paired_difference` of :data:`PAIRED` against clip.
+
+    ``pooled``: the same over every (cell, seed) pair of the grid at once -- each pair is one warm-up shared by
+    all variants, so the paired t interval over the :math:`n_{cells} \times n_{seeds}` differences is the
+    grid-wide effect (cells where nothing is learned contribute differences of exactly 0).
+    """
     cells: dict[str, Any] = {}
+    everything: dict[str, list[dict[str, Any]]] = {}
     for cell, by_variant in lines.items():
         numbers = {name: [run_metrics(r) for r in runs] for name, runs in by_variant.items()}
+        for name, per_seed in numbers.items():
+            everything.setdefault(name, []).extend(per_seed)
         entry: dict[str, Any] = {"variants": {}, "paired": {}}
         for name, per_seed in numbers.items():
             entry["variants"][name] = {
@@ -182,8 +194,14 @@ def summarise_sweep(lines: dict[str, dict[str, list[list[dict[str, Any]]]]], bas
                                                                 [m[key] for m in numbers["clip"]]) for key in PAIRED}
         entry["start_answer_prob"] = entry["variants"]["clip"]["start_answer_prob"]["mean"]
         cells[cell] = entry
+    pooled = {name: {key: mean_ci(values) for key in per_run[0]
+                     if (values := [m[key] for m in per_run if m[key] is not None])}
+              for name, per_run in everything.items()}
+    pooled_paired = {name: {key: paired_difference([m[key] for m in per_run], [m[key] for m in everything["clip"]])
+                            for key in PAIRED} for name, per_run in everything.items() if name != "clip"}
     return {
         "cells": cells,
+        "pooled": {"variants": pooled, "paired": pooled_paired},
         "variants": {name: VARIANTS[name] for name in next(iter(lines.values()))},
         "seeds": seeds,
         "ci_level": CI_LEVEL,
@@ -195,8 +213,15 @@ def render_sweep(result: dict[str, Any]) -> str:
     """``sweep.md``: per cell the paired differences from clip, then the rare-token mechanism per variant."""
     cells, level = result["cells"], round(100 * result["ci_level"])
     names = [name for name in result["variants"] if name != "clip"]
-    out = [f"{result['seeds']} seeds per cell, {result['config']['steps']} RL steps; mean difference from clip "
-           f"[{level} % paired t interval] (seeds higher / seeds); * marks an interval that excludes 0.", ""]
+    pooled, runs = result["pooled"], len(cells) * result["seeds"]
+    out = [f"{len(cells)} cells × {result['seeds']} seeds, {result['config']['steps']} RL steps; mean difference "
+           f"from clip [{level} % paired t interval] (runs higher / runs); * marks an interval that excludes 0.", "",
+           f"All cells pooled ({runs} paired runs per variant):", "",
+           "| variant | " + " | ".join(POOLED_COLUMNS.values()) + " |", "| --- |" + " --- |" * len(POOLED_COLUMNS)]
+    for name in names:
+        out.append(f"| {name} − clip | " + " | ".join(format_diff(pooled["paired"][name][key])
+                                                       for key in POOLED_COLUMNS) + " |")
+    out.append("")
     for key, title in (("entropy_late", "entropy over the last third (nat)"), ("reward_auc", "reward AUC")):
         out += [f"Δ {title}, variant − clip:", "", "| cell | π(answer) at start | " + " | ".join(names) + " |",
                 "| --- | --- |" + " --- |" * len(names)]
@@ -207,47 +232,53 @@ def render_sweep(result: dict[str, Any]) -> str:
     columns = {"clip_low_rare": "rare tokens clipped below", "clip_high_rare": "rare tokens clipped above",
                "log_ratio_neg_rare": "log r of rare tokens, A < 0",
                "log_ratio_pos_rare": "log r of rare tokens, A > 0", "entropy_late": "entropy, last third"}
-    out += ["Mechanism, mean over the cells of each cell's mean over seeds (p < 0.01: rare tokens; log r after a "
-            "batch's updates):", "", "| variant | " + " | ".join(columns.values()) + " |",
-            "| --- |" + " --- |" * len(columns)]
+    out += [f"Mechanism, all cells pooled: mean ± {level} % half-width over the runs where the tokens occur "
+            "(p < 0.01: rare tokens; log r after a batch's updates; n: runs):", "",
+            "| variant | " + " | ".join(columns.values()) + " |", "| --- |" + " --- |" * len(columns)]
     for name in result["variants"]:
         row = []
         for key in columns:
-            values = [c["variants"][name][key]["mean"] for c in cells.values() if key in c["variants"][name]]
-            row.append(format_mean({"mean": float(np.mean(values)), "ci_half_width": None}) if values else "–")
+            entry = pooled["variants"][name].get(key)
+            row.append(f"{format_mean(entry)} (n {entry['n']})" if entry and key != "entropy_late"
+                       else format_mean(entry) if entry else "–")
         out.append(f"| {name} | " + " | ".join(row) + " |")
     return "\n".join(out) + "\n"
 
 
 def plot_sweep(result: dict[str, Any], path: str | Path) -> Path:
-    """Δ entropy (last third) and Δ reward AUC against clip per cell, one marker per variant, 95 % paired CIs."""
+    """Δ entropy (last third) and Δ reward AUC against clip per cell and pooled, one marker per variant, 95 %
+    paired t intervals."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     cells = result["cells"]
     names = [name for name in result["variants"] if name != "clip"]
-    figure = Figure(figsize=(8.0, 5.6), dpi=90)
+    figure = Figure(figsize=(9.0, 6.0), dpi=90)
     FigureCanvasAgg(figure)
-    x = np.arange(len(cells))
+    x = np.arange(len(cells) + 1)  # the cells, then all cells pooled
     for row, (key, label) in enumerate((("entropy_late", "Δ entropy, last third (nat)"),
                                         ("reward_auc", "Δ reward AUC"))):
         axes = figure.add_subplot(2, 1, row + 1)
         axes.axhline(0.0, color="grey", linewidth=0.8)
         for i, name in enumerate(names):
             offset = (i - (len(names) - 1) / 2) * 0.8 / max(len(names), 1)
-            diffs = [cells[c]["paired"][name][key] for c in cells]
+            diffs = [*(cells[c]["paired"][name][key] for c in cells), result["pooled"]["paired"][name][key]]
             means = np.array([d["mean"] for d in diffs])
             half = np.array([d["ci_half_width"] or 0.0 for d in diffs])
             axes.errorbar(x + offset, means, yerr=half, fmt="o", markersize=4, capsize=2, label=name)
         axes.set_ylabel(label, fontsize=8)
         axes.set_xticks(x)
-        axes.set_xticklabels([f"{c}\nπ(ans) {cells[c]['start_answer_prob']:.2g}" for c in cells] if row else [],
-                             fontsize=7)
+        labels = [*(c.replace("-", "\n").replace("correct", "correct ").replace("noise", "noise ")
+                    + f"\nπ(ans) {cells[c]['start_answer_prob']:.2g}" for c in cells), "all cells\n(pooled)"]
+        axes.set_xticklabels(labels if row else [], fontsize=7)
+        axes.axvline(len(cells) - 0.5, color="grey", linewidth=0.5, linestyle=":")
         axes.tick_params(axis="y", labelsize=7)
-    figure.axes[0].set_title(f"variant − clip, mean and {round(100 * result['ci_level'])} % paired t interval over "
-                             f"{result['seeds']} seeds", fontsize=9)
-    figure.axes[0].legend(fontsize=7, ncol=3)
-    figure.tight_layout()
+    figure.axes[0].set_title(f"variant − clip, mean and {round(100 * result['ci_level'])} % paired t interval "
+                             f"({result['seeds']} seeds per cell; pooled: {len(cells) * result['seeds']} runs)",
+                             fontsize=9)
+    handles, names_ = figure.axes[0].get_legend_handles_labels()
+    figure.legend(handles, names_, loc="lower center", ncol=len(names), fontsize=7, frameon=False)
+    figure.tight_layout(rect=(0.0, 0.04, 1.0, 1.0))
     figure.savefig(path)
     return Path(path)
 
