@@ -153,6 +153,7 @@ def run_bench(
                     bar.set_postfix_str(f"memory: {method} at {size:,}")
                     report["memory"].append(_measure_memory(method, "kl", delta, size, threads))
                     bar.update(1)
+            report["machine"]["load_average_end"] = _load_average()
     finally:
         _set_threads(*saved)
     return report
@@ -190,6 +191,7 @@ def _setup(settings: dict[str, Any], oracle_points: int, bar: Any) -> tuple[dict
             "torch_threads": torch_threads,
             "numba_threads": numba_threads,
             "gpu": "not used (CPU run)",
+            "load_average_start": _load_average(),  # 1, 5, 15 min: other work on the machine while it ran
         },
         **settings,
         "dtype": "float32",
@@ -210,6 +212,13 @@ def _setup(settings: dict[str, Any], oracle_points: int, bar: Any) -> tuple[dict
         "unavailable": {},
     }
     return report, inputs, points
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):  # not on this platform
+        return None
 
 
 def _one_line(err: BaseException) -> str:

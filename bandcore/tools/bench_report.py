@@ -35,6 +35,11 @@ def _ratio(value: float | None) -> str:
     return f"{value:.2f}×" if value < 10 else f"{value:.0f}×"
 
 
+def _ms(seconds: float) -> str:
+    value = seconds * 1e3
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+
+
 def _percent(fraction: float) -> str:
     value = 100 * fraction
     return f"{value:.0f}%" if value >= 10 else f"{value:.1f}%" if value >= 1 else f"{value:.2g}%"
@@ -59,8 +64,11 @@ def _header(report: dict[str, Any]) -> list[str]:
     llc = copy["llc"]
     llc_text = f"L{llc['level']} {llc['bytes'] / 2**20:g} MiB" if llc.get("level") else f"{llc['bytes'] / 2**20:g} MiB"
     copies = ", ".join(f"{name} {m['gb_per_s']:.1f} GB/s ({m['threads']} thr)" for name, m in copy["methods"].items())
+    start, end = machine.get("load_average_start"), machine.get("load_average_end")
+    load = "" if not start else f"; load average (1 min) {start[0]:g} at the start" + (
+        f", {end[0]:g} at the end" if end else "")  # fmt: skip
     lines = [
-        f"{machine['cpu_count']} CPUs ({machine['processor']}); threads: {report['thread_note']}.",
+        f"{machine['cpu_count']} CPUs ({machine['processor']}){load}; threads: {report['thread_note']}.",
         f"Roofline: copy of {copy['array_bytes'] / 2**20:g} MiB arrays (last-level cache {llc_text}, from "
         f"{llc['source']}): {copies} -> {copy['gb_per_s']:.1f} GB/s = {copy['roofline_mtok_s']:.0f} Mtok/s at "
         f"{copy['bytes_per_token']} B/token.",
@@ -106,7 +114,7 @@ def format_markdown(report: dict[str, Any]) -> str:
             if row is None:
                 cells += ["–", "–", "–"]
                 continue
-            cells += [f"{row['seconds'] * 1e3:.3g}", _ratio(row["speedup_vs_published"]),
+            cells += [_ms(row["seconds"]), _ratio(row["speedup_vs_published"]),
                       _percent(row["roofline_fraction"])]  # fmt: skip
         if first["kind"] == "roofline":
             cells.append("")
