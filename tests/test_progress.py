@@ -111,3 +111,14 @@ def test_bench_and_derivations_bars_on_a_terminal(tmp_path):
     code, err, out = _on_terminal(["derivations", "--no-verify", "--out", str(tmp_path)])
     assert code == 0 and "wrote 13 of 13 reports" in out
     assert "derivations:" in err and "/12" in err  # the 12 divergences of the catalogue (README.md is not one)
+
+
+def test_table_build_bar_only_on_a_terminal(tmp_path, capsys):
+    out = tmp_path / "tv.npz"
+    assert main(["table", "build", "--divergence", "tv", "--delta", "0.3", "--out", str(out)]) == 0
+    assert capsys.readouterr().err == ""  # no --quiet, but stderr is not a terminal
+    code, err, _ = _on_terminal(["table", "build", "--divergence", "tv", "--delta", "0.3", "--out", str(out)])
+    assert code == 0 and "table tv" in err
+    code, err, _ = _on_terminal(["table", "build", "--divergence", "tv", "--delta", "0.3", "--out", str(out),
+                                 "--quiet"])  # fmt: skip
+    assert code == 0 and err == ""

@@ -26,7 +26,7 @@ def _parse_delta(text: str):
 def _build(args: argparse.Namespace) -> int:
     from ..tables import BandTable
 
-    table = BandTable.build(args.divergence, _parse_delta(args.delta), target=args.target, progress=not args.quiet)
+    table = BandTable.build(args.divergence, _parse_delta(args.delta), target=args.target, progress=_bars(args))
     path = table.save(args.out)
     print(f"{table!r} -> {path} ({path.stat().st_size:,} bytes)")
     return 0
@@ -60,7 +60,7 @@ def _regenerate(args: argparse.Namespace) -> int:
     from ..tables.shipped import SHIPPED_DIR, regenerate
 
     directory = Path(args.dir) if args.dir else SHIPPED_DIR
-    for entry in regenerate(directory, progress=not args.quiet, overwrite=args.force):
+    for entry in regenerate(directory, progress=_bars(args), overwrite=args.force):
         print(
             f"{entry['file']}: {entry['bytes']:,} bytes, {entry['knots']} knots, "
             f"max_rel_error {entry['max_rel_error']:.2e}"
@@ -105,3 +105,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = sub.add_parser("check-shipped", help="fail when the shipped tables are stale")
     s.add_argument("--dir", help="directory (default: the package's bandcore/tables/data)")
     s.set_defaults(handler=_check_shipped)
+
+
+def _bars(args: argparse.Namespace) -> bool:
+    """Progress bars only on a terminal, never with --quiet (the decision of :mod:`bandcore._progress`)."""
+    from .._progress import progress_enabled
+
+    return progress_enabled(False if args.quiet else None)
