@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BACKENDS", "EXACT_CONTRACT", "TABLE_METHODS", "Method", "methods_for"]
+__all__ = ["BACKENDS", "EXACT_CONTRACT", "TABLE_METHODS", "Method", "method_count", "methods_for"]
 
 #: The numerical contract of the exact solver (docs/math.md §9): |Δ log r| <= 1e-12 · max(1, |log r|).
 EXACT_CONTRACT = 1e-12
