@@ -19,8 +19,8 @@ def bound(a, meta, side, L):
     f = (2*s**3 - 3*s**2 + 1)*v[j] + (s**3 - 2*s**2 + s)*w*d[j] + (3*s**2 - 2*s**3)*v[j+1] + (s**3 - s**2)*w*d[j+1]
     with np.errstate(invalid="ignore"):  # left of the knots: first value; right: tangent in L
         f = np.where(L <= k[0], v[0], np.where(L >= k[-1], v[-1] + (d[-1] * (L - k[-1]) if d[-1] else 0), f))
-    with np.errstate(divide="ignore", over="ignore"):
-        y = f if kind == 0 else np.log(np.clip(f, 0, 1)) if kind == 1 else -np.exp(f)  # stored: log r | r | log(-log r)
+    with np.errstate(divide="ignore", over="ignore"):  # stored: log r (0, 3) | r (1) | log(-log r) (2)
+        y = f if kind == 0 else np.log(np.clip(f, 0, 1)) if kind == 1 else -np.exp(f) if kind == 2 else np.minimum(f, 0)
     if side == "upper":
         y = np.minimum(np.maximum(y, 0), L)  # 1 <= r_up <= 1/p
         return y if meta["upper_saturated_at_or_below_L"] is None else np.where(L <= k[0], L, y)  # r = 1/p

@@ -99,6 +99,8 @@ ROWS = [
     ("degenerate-concave", lambda: bc.resolve("log(u)"), bc.GeneratorError, "not convex"),
     ("degenerate-cubic", lambda: bc.resolve("(u-1)**3"), bc.GeneratorError, "not convex"),
     ("degenerate-complex", lambda: bc.resolve("sqrt(u - 2)*0 + (u-1)**2"), bc.GeneratorError, "finite and real"),
+    ("degenerate-constant-zero-division", lambda: bc.resolve("1/(1-1) + (u-1)**2"), bc.GeneratorError,
+     "finite and real"),
     ("unknown-name", lambda: bc.resolve("kll"), ValueError, "valid names"),
     ("alpha-not-number", lambda: bc.resolve("alpha(x)"), ValueError, "alpha(a)"),
     ("alpha-too-large", lambda: bc.resolve("alpha(100)"), ValueError, "|alpha| <= 64"),

@@ -32,10 +32,10 @@ def _exact_offset(module, kind: str, L: np.ndarray, delta: float) -> np.ndarray:
     return np.where(done & ~saturated, log_r - log_s, np.nan)
 
 
-@pytest.mark.parametrize("name, kind, bound", [("kl", "kl", 1e-7), ("kl", "generic", 1e-7), ("neyman", "generic", 3e-7),
+@pytest.mark.parametrize("name, kind, bound", [("kl", "kl", 1e-9), ("kl", "generic", 1e-9), ("neyman", "generic", 1e-8),
                                                ("hellinger", "generic", None)])  # fmt: skip
 def test_seed_is_close_to_the_root(name, kind, bound):
-    """Away from saturation thresholds the seed's offset is within ~1e-7 of the root's (KL: the Halley step's
+    """Away from saturation thresholds the seed's offset is within ~1e-9 of the root's (KL: the Halley step's
     premise); next to a threshold it may be rough, but never a value where the root saturates."""
     div = bc.resolve(name)
     L = np.exp(np.random.default_rng(0).uniform(np.log(2.0**-40), np.log(704.0), 4000))
@@ -47,15 +47,16 @@ def test_seed_is_close_to_the_root(name, kind, bound):
         assert not np.any(np.isfinite(d_seed) & np.isnan(d)), "a seed where the root saturates"
         error = np.abs(d_seed - d) / d
         assert np.isfinite(error).mean() > 0.15
-        assert np.nanmedian(error) < 1e-8
+        assert np.nanmedian(error) < 1e-10
         if bound is not None:
             assert np.nanmax(error) <= bound
 
 
 @pytest.mark.parametrize("name", ["hellinger", "js", "alpha(3)", *USER])
 def test_seeded_generic_newton_stops_within_few_steps(name):
-    """From the seed, >= 99 % of LLM-like tokens converge within 2 steps per root and >= 99.9 % within 8 (the
-    rest lie next to a saturation threshold, where the seed is rough); from the small-δ start none within 2."""
+    """From the seed, >= 90 % of LLM-like tokens converge after one evaluation per root, >= 99 % after two and
+    >= 99.9 % after eight (the rest lie next to a saturation threshold, where the seed is rough); from the
+    small-δ start almost none within two."""
     div = bc.resolve(name)
     module = backends.solver_module("numpy", div, "generic")
     log_p = llm_like_log_probs(4000, seed=1).astype(np.float64)
@@ -63,7 +64,7 @@ def test_seeded_generic_newton_stops_within_few_steps(name):
     seed = backends.seed(div, 0.05, "generic").numpy_arrays()
     try:
         done_within = {}
-        for steps in (2, 8, 96):
+        for steps in (1, 2, 8, 96):
             module.MAX_ITERATIONS = steps
             with np.errstate(all="ignore"):
                 up = module.upper_root(log_p, log_q, 0.05, module.seed_offset(-log_p, seed))[3]
@@ -71,6 +72,7 @@ def test_seeded_generic_newton_stops_within_few_steps(name):
             done_within[steps] = (up & lo).mean()
     finally:
         module.MAX_ITERATIONS = 96
+    assert done_within[1] >= 0.9
     assert done_within[2] >= 0.99
     assert done_within[8] >= 0.999
     assert done_within[96] == 1.0

@@ -29,7 +29,9 @@ _DPS = 60
 def numpy_namespace() -> dict[str, Any]:
     """Functions of the grammar in NumPy (element-wise)."""
     return {
-        "number": float, "pi": np.pi, "E": np.e, "log": np.log, "exp": np.exp, "sqrt": np.sqrt,
+        # float64 constants: a constant 1/0 is inf (then refused as not finite), not a ZeroDivisionError
+        "number": lambda x: np.float64(float(x)), "pi": np.pi, "E": np.e, "log": np.log, "exp": np.exp,
+        "sqrt": np.sqrt,
         "cbrt": np.cbrt, "abs": np.abs, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
         "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
         "min": lambda *a: functools.reduce(np.minimum, a), "max": lambda *a: functools.reduce(np.maximum, a),

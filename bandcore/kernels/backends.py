@@ -138,11 +138,12 @@ def lower_at_one(divergence: Divergence, delta: float) -> float:
 
 _DRIVER = '''
 
-@njit(cache=True, parallel=True, fastmath=FASTMATH, error_model="numpy")
-def band_kernel(old_log_prob, delta, lower_at_one, ratios, lower, upper, status, seed):
-    """One pass: clamp (0, TOL] to 0, count values above TOL, bounds in float64, store in the output dtype."""
+@njit(cache=True, parallel={parallel}, fastmath=FASTMATH, error_model="numpy")
+def band_kernel{suffix}(old_log_prob, delta, lower_at_one, ratios, lower, upper, status, seed):
+    """One pass: clamp (0, TOL] to 0, count values above TOL, bounds in float64, store in the output dtype;
+    then the tokens the first pass marked NOT_CONVERGED again with the fallback solver (if any)."""
     above = 0
-    for i in prange(old_log_prob.size):
+    for i in {range}(old_log_prob.size):
         lp = np.float64(old_log_prob[i])
         above += lp > TOL
         lp = 0.0 if lp > 0.0 and lp <= TOL else lp
@@ -153,12 +154,35 @@ def band_kernel(old_log_prob, delta, lower_at_one, ratios, lower, upper, status,
         lower[i] = lo
         upper[i] = up
         status[i] = np.int8(st)
+    if {fallback_enabled}:
+        for i in {range}(old_log_prob.size):
+            if status[i] == np.int8(NOT_CONVERGED):
+                lp = np.float64(old_log_prob[i])
+                lp = 0.0 if lp > 0.0 and lp <= TOL else lp
+                lo, up, st = {fallback}(lp, delta, lower_at_one, seed)
+                if ratios:
+                    lo = xp.exp(lo)
+                    up = xp.exp(up)
+                lower[i] = lo
+                upper[i] = up
+                status[i] = np.int8(st)
     return above
 '''
+#: Below this many tokens the drivers run serially: waking a thread pool costs more than the work.
+SERIAL_MAX = 32_768
+
+
+def _drivers(template: str, **names: str) -> str:
+    """A parallel driver (``prange``) and a serial one (suffix ``_serial``) from one template."""
+    return "".join(template.format(parallel=parallel, suffix=suffix, range=loop, **names)
+                   for parallel, suffix, loop in (("True", "", "prange"), ("False", "_serial", "range")))  # fmt: skip
 
 
 def _numba_source(divergence: Divergence, kind: str) -> str:
-    closed = kind in ("tv", "pearson")  # the closed forms keep their selects: branch-free loops vectorise
+    # KL, TV and Pearson are branch-free: their selects stay, exp/log are written out and everything is
+    # inlined, so LLVM vectorises the loop (KL: the seeded Halley step; tokens without a seed take a second,
+    # scalar pass); the generic Newton's loop is data-dependent, so its selects become branches instead
+    vector = kind != "generic"
     lines = [f"TOL = {LOG_P_TOLERANCE!r}"]
     if kind == "generic":
         from ..derive.kernel_functions import generator_functions
@@ -167,10 +191,11 @@ def _numba_source(divergence: Divergence, kind: str) -> str:
         lines += [f"{name} = {_literal(value)}" for name, value in _constants(divergence).items()]
         for fn in gf.functions:
             lines += ["@njit(cache=True, fastmath=FASTMATH, error_model='numpy')", fn.math_source()]
-    entry = _reference.ENTRY_POINTS["kl_seeded" if kind == "kl" else kind]  # scalar KL: table-seeded
-    ops = "numba_fast_ops" if closed else "numba_ops"
-    return generated_source([(lookup, not closed), (_reference, not closed)], ops, lines,
-                            _DRIVER.replace("{entry}", entry), inline=closed)
+    entry = _reference.ENTRY_POINTS["kl_polished" if kind == "kl" else kind]
+    fallback = _reference.ENTRY_POINTS[kind]
+    drivers = _drivers(_DRIVER, entry=entry, fallback=fallback, fallback_enabled=str(kind == "kl"))
+    return generated_source([(lookup, not vector), (_reference, not vector)],
+                            "numba_fast_ops" if vector else "numba_ops", lines, drivers, inline=vector)  # fmt: skip
 
 
 def _literal(value: float) -> str:
@@ -197,8 +222,9 @@ def run_numba(divergence: Divergence, old_log_prob: np.ndarray, delta: float, *,
     lower = np.empty(flat.shape, dtype=dtype)
     upper = np.empty(flat.shape, dtype=dtype)
     status = np.empty(flat.shape, dtype=np.int8)
-    above = module.band_kernel(flat, float(delta), lower_at_one(divergence, float(delta)), bool(ratios),
-                               lower, upper, status, seed(divergence, float(delta)).arrays())
+    kernel = module.band_kernel if flat.size > SERIAL_MAX else module.band_kernel_serial
+    above = kernel(flat, float(delta), lower_at_one(divergence, float(delta)), bool(ratios), lower, upper, status,
+                   seed(divergence, float(delta)).arrays())
     shape = np.shape(old_log_prob)
     return lower.reshape(shape), upper.reshape(shape), status.reshape(shape), int(above)
 
@@ -209,11 +235,11 @@ def run_numba(divergence: Divergence, old_log_prob: np.ndarray, delta: float, *,
 
 _TABLE_DRIVER = '''
 
-@njit(cache=True, parallel=True, fastmath=FASTMATH, error_model="numpy")
-def table_kernel(log_p, lower, upper, tol, out_lo, out_up):
+@njit(cache=True, parallel={parallel}, fastmath=FASTMATH, error_model="numpy")
+def table_kernel{suffix}(log_p, lower, upper, tol, out_lo, out_up):
     """One pass: (log r_lo, log r_up) of a table in float64, stored in the output dtype; counts log p > tol."""
     above = 0
-    for i in prange(log_p.shape[0]):
+    for i in {range}(log_p.shape[0]):
         lp = np.float64(log_p[i])
         above += lp > tol
         lo, up = table_bounds(lp, lower, upper, tol)
@@ -225,7 +251,8 @@ def table_kernel(log_p, lower, upper, tol, out_lo, out_up):
 
 @lru_cache(maxsize=1)
 def _lookup_numba() -> ModuleType:
-    return load_generated(generated_source([(lookup, True)], "numba_ops", [], _TABLE_DRIVER), "bandcore_numba_lookup")
+    source = generated_source([(lookup, True)], "numba_ops", [], _drivers(_TABLE_DRIVER))
+    return load_generated(source, "bandcore_numba_lookup")
 
 
 def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dtype: Any, tol: float,
@@ -238,12 +265,14 @@ def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dt
     if backend == "numba":
         out_lo = np.empty(log_p.shape, dtype=out_dtype)
         out_up = np.empty(log_p.shape, dtype=out_dtype)
-        above = _lookup_numba().table_kernel(log_p, lower.arrays(), upper.arrays(), tol, out_lo, out_up)
+        module = _lookup_numba()
+        kernel = module.table_kernel if log_p.size > SERIAL_MAX else module.table_kernel_serial
+        above = kernel(log_p, lower.arrays(), upper.arrays(), tol, out_lo, out_up)
         return out_lo, out_up, int(above)
     lp = log_p.astype(np.float64, copy=False)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # (also the cast: a bound beyond float32's range is its ±inf)
         lo, up = instance(lookup, "numpy").table_bounds(lp, lower.numpy_arrays(), upper.numpy_arrays(), tol)
-    return lo.astype(out_dtype, copy=False), up.astype(out_dtype, copy=False), int(np.count_nonzero(lp > tol))
+        return lo.astype(out_dtype, copy=False), up.astype(out_dtype, copy=False), int(np.count_nonzero(lp > tol))
 
 
 def run_lookup_torch(log_p, lower: tuple, upper: tuple, tol: float):

@@ -86,7 +86,9 @@ def generated_source(parts: list[tuple[ModuleType, bool]], ops: str, extra: list
     """The Numba module: each ``(module, lazy_selects)`` part, ``extra`` lines (constants, generated functions),
     every part's function jitted (``inline``: inlined into the driver at Numba IR level, so LLVM sees one loop
     body it can vectorise), then ``driver`` (which may use ``FASTMATH``)."""
-    header = ["import math", "import numpy as np", "from numba import njit, prange",
+    # Numba's cache keys on this file only: name the ops sources it inlines, so changing them renames the module
+    digest = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in _ops_modules(ops))).hexdigest()[:16]
+    header = [f"# ops: {ops} {digest}", "import math", "import numpy as np", "from numba import njit, prange",
               f"from bandcore.kernels import {ops} as xp", f"FASTMATH = set({list(FASTMATH)!r})"]  # fmt: skip
     bodies, functions = [], []
     for module, lazy in parts:
@@ -97,6 +99,12 @@ def generated_source(parts: list[tuple[ModuleType, bool]], ops: str, extra: list
     jit = f"njit({options})"
     jitted = [f"{name} = {jit}({name})" for name in functions]
     return "\n".join([*header, *bodies, *extra, *jitted, driver])
+
+
+def _ops_modules(ops: str) -> list[ModuleType]:
+    from . import numba_fast_ops, numba_ops
+
+    return [numba_ops] if ops == "numba_ops" else [numba_ops, numba_fast_ops]
 
 
 def load_generated(source: str, prefix: str) -> ModuleType:

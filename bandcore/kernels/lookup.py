@@ -22,10 +22,12 @@ Hermite cubic is stored in Horner form in :math:`s = (L - L_c)/w`,
 
 **Bounds** (:func:`bound_log`): the stored function of a table bound (``kind``) is 0 — :math:`\log r`
 (upper bounds, clamped to :math:`[0, L]`, i.e. :math:`1 \le r \le 1/p`); 1 — :math:`r` (a lower bound that
-reaches 0; :math:`\log r = \log F`); 2 — :math:`\log(-\log r)` (a lower bound that never saturates;
-:math:`\log r = -e^F`).  Left of :math:`a` a saturated side returns the exact :math:`\log r = L`
-(:math:`r = 1/p`), otherwise the end value; right of :math:`b` a saturated side returns :math:`-\infty`
-(:math:`r = 0`), otherwise the end tangent in :math:`L`.
+reaches 0; :math:`\log r = \log F`); 2 — :math:`\log(-\log r)` (a lower bound that never saturates, with
+:math:`-\log r` growing like a power of :math:`1/p`, e.g. KL's :math:`\approx \delta/p`;
+:math:`\log r = -e^F`); 3 — :math:`\log r` of a lower bound linear in L as p → 0 (e.g. Neyman's; clamped to
+:math:`\le 0`).  Left of :math:`a` a saturated side returns the exact :math:`\log r = L` (:math:`r = 1/p`),
+otherwise the end value; right of :math:`b` a saturated side returns :math:`-\infty` (:math:`r = 0`),
+otherwise the end tangent in :math:`L`.
 
 A bound's arrays are ``(fm, im, off, shift, cells)``: ``fm = (a, b, F(a), F(b), F'(b))``,
 ``im = (kind, saturated left of a, saturated right of b, e_a)``, ``off``/``shift`` (= 52 − level) per octave
@@ -39,8 +41,6 @@ from .ops import numpy_ops as xp  # rebound per backend by .backends
 __all__ = ["bound_log", "interpolate", "table_bounds"]
 
 MANTISSA = 0xFFFFFFFFFFFFF  # the 52 mantissa bits of a float64
-#: above this L the right end's tangent is evaluated at this L (0 * inf would be NaN)
-L_BIG = 1e300
 
 
 def interpolate(L, fm, im, off, shift, cells):
@@ -50,7 +50,8 @@ def interpolate(L, fm, im, off, shift, cells):
     c = xp.minimum(xp.maximum(off[o] + ((bits & MANTISSA) >> shift[o]), 0), cells.shape[0] - 1)
     s = (L - cells[c, 0]) * cells[c, 1]
     inner = cells[c, 2] + s * (cells[c, 3] + s * (cells[c, 4] + s * cells[c, 5]))
-    right = fm[3] + fm[4] * (xp.minimum(L, L_BIG) - fm[1])
+    tangent = fm[4] * (L - fm[1])
+    right = fm[3] + xp.where(xp.isnan(tangent), 0.0, tangent)  # a zero end slope at L = inf: 0 * inf
     return xp.where(L <= fm[0], fm[2], xp.where(L >= fm[1], right, inner))
 
 
@@ -61,8 +62,10 @@ def bound_log(L, fm, im, off, shift, cells):
         y = xp.minimum(xp.maximum(f, 0.0), L)  # 1 <= r_up <= 1/p
     elif im[0] == 1:
         y = xp.where(f > 0.0, xp.log(xp.minimum(f, 1.0)), -xp.inf)
-    else:
+    elif im[0] == 2:
         y = -xp.exp(f)
+    else:
+        y = xp.minimum(f, 0.0)  # log r of a lower bound linear in L far out (r_lo ~ (delta p)^(1/k))
     if im[1]:
         y = xp.where(L <= fm[0], L, y)  # saturated upper bound: r = 1/p
     if im[2]:

@@ -160,4 +160,5 @@ def log(x):
 def log1p(x):
     """log(1 + x) = log(u) + (x - (u - 1))/u with u = fl(1 + x): the rounding of u compensated."""
     u = 1.0 + x
-    return log(u) + (x - (u - 1.0)) / u
+    correction = (x - (u - 1.0)) / u
+    return log(u) + (correction if u < math.inf else 0.0)  # log1p(inf) = inf, not inf + NaN

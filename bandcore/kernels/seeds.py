@@ -7,7 +7,7 @@ root's offset in the logit (:mod:`.solvers`).  The lower root of a token is the 
 :math:`L = -\log(1-p)`.
 
 **Grid.** :math:`L \in [2^{-40}, 704]` (:math:`p` from :math:`1 - 10^{-12}` down to :math:`e^{-704}`), every
-octave cut into :math:`2^5` cells (:mod:`.grid`, 1,600 cells, 77 KB), cubic Hermite (:mod:`.lookup`).  Values
+octave cut into :math:`2^7` cells (:mod:`.grid`, 6,400 cells, 300 KB), cubic Hermite (:mod:`.lookup`).  Values
 come from the unseeded solver itself; slopes from implicit differentiation of :math:`G(d, \theta_p) = \delta`:
 
 .. math::  \frac{dF}{dL} = (1 + w)\,\frac{dd/d\theta_p}{1 - p}, \qquad
@@ -18,8 +18,9 @@ in closed form; every other generator takes :math:`\partial_\theta G` by a centr
 :math:`d` (relative error ~1e-10, enough for a seed).  A knot whose root saturates or did not converge is NaN,
 and so is every cell next to it: those tokens start from the solver's own start instead.
 
-A seed is only a start: the solver finishes every token with its own convergence test (the generic Newton)
-or one Halley step whose accuracy the tests check against the oracle (KL, where the seed errs by < 1e-7).
+A seed is only a start: the solver finishes every token with its own convergence test (the generic Newton:
+away from thresholds the seed is within ~1e-10, so the first Newton step already passes it) or one Halley step
+whose accuracy the tests check against the oracle (KL, where the seed errs by < 1e-9).
 Seeds of user generators are cached on disk (``.npz``, no pickle) under :func:`.binding.cache_dir`, keyed by
 the canonical formula, δ and the solver source, so a second process starts fast.
 """
@@ -43,7 +44,7 @@ from .grid import KernelBound, octave_grid, octave_of, pack
 __all__ = ["NO_SEED", "SEED_LEVEL", "SEED_RANGE", "seed_knots", "seed_table", "seed_values"]
 
 SEED_RANGE = (2.0**-40, 704.0)
-SEED_LEVEL = 5
+SEED_LEVEL = 7
 #: relative step of the central difference in theta
 FD_STEP = 1e-6
 #: a table that seeds nothing (its range is empty): every token takes the solver's own start

@@ -58,6 +58,8 @@ KINK = 0.0  # f̃'(1+) - f̃'(1-)
 #: Iteration budget of the generic solver (every catalogue divergence needs <= 72 next to its thresholds).
 MAX_ITERATIONS = 96
 STEP_TOLERANCE = 1e-10
+#: Newton steps below this (relative) skip the choice of model: all agree to second order there.
+NEAR = 1e-6
 #: Upper end of the offset bracket before any evaluation.
 D_MAX = 1e308
 #: The start is capped at logit q = 40 (q = 1 - 4e-18).
@@ -117,7 +119,7 @@ def cells(lp, lq, p, pc, d):
 
 
 def g_and_slope(lp, lq, p, pc, d):
-    """(G(d), G'(d))."""
+    """(G(d), G'(d), log r, log s, q)."""
     x_r, log_r, r, x_s, log_s, s, q = cells(lp, lq, p, pc, d)
     # 1 - p < e^-700: (1-p) f(s) = exp(log(1-p) + log f(s)), as f(s) may overflow where the product does not;
     # s f'(s) <= 0 on the s side, so (1-p) s f'(s) = -exp(log(1-p) + log|s f'(s)|)
@@ -131,7 +133,7 @@ def g_and_slope(lp, lq, p, pc, d):
     lead = xp.where(
         far, xp.exp(log_q + lq + log_s + log_dphi_r(x_r, log_r, r)), q * pc * s * dphi_r(x_r, log_r, r)
     )  # q (1 - q) f'(r), 1 - q = (1-p) s
-    return head + rest_f, lead - q * rest_k
+    return head + rest_f, lead - q * rest_k, log_r, log_s, q
 
 
 def g_at_infinity(lp, lq, pc):
@@ -161,11 +163,8 @@ def start(p, pc, lp, lq, delta, seed):
     return xp.where(xp.logical_and(d > 0.0, d < cap), d, cap)
 
 
-def step(g, slope, d, lo, hi, d_prev, g_prev, delta):
-    """One safeguarded step: (next d, lo, hi, converged); see the module docstring."""
-    inside = g <= delta
-    lo = xp.where(inside, xp.maximum(lo, d), lo)
-    hi = xp.where(inside, hi, xp.minimum(hi, d))
+def model_step(g, slope, d, d_prev, g_prev, delta):
+    """The Newton variant (on G, log G, or log G vs log d) whose local model best predicted the previous point."""
     rate = slope / g  # d log G / dd
     log_ratio = xp.log(delta / g)
     log_seen = xp.log(g_prev / g)
@@ -179,7 +178,18 @@ def step(g, slope, d, lo, hi, d_prev, g_prev, delta):
     power = d * xp.exp(log_ratio / (rate * d))  # Newton on log G vs log d
     candidate = xp.where(error_linear < error_exponential, linear, exponential)
     best = xp.minimum(error_linear, error_exponential)
-    candidate = xp.where(xp.logical_or(xp.isnan(error_power), error_power <= best), power, candidate)
+    return xp.where(xp.logical_or(xp.isnan(error_power), error_power <= best), power, candidate)
+
+
+def step(g, slope, d, lo, hi, d_prev, g_prev, delta):
+    """One safeguarded step: (next d, lo, hi, converged); see the module docstring.  Within NEAR of the root
+    (a Newton step below NEAR relative) every model agrees to second order and plain Newton is taken."""
+    inside = g <= delta
+    lo = xp.where(inside, xp.maximum(lo, d), lo)
+    hi = xp.where(inside, hi, xp.minimum(hi, d))
+    linear = d + (delta - g) / slope  # Newton on G
+    near = xp.abs(linear - d) <= NEAR * d
+    candidate = xp.where(near, linear, model_step(g, slope, d, d_prev, g_prev, delta))
     # a step from an overflowed G or slope (inf) says nothing about convergence
     converged = xp.logical_and(
         xp.abs(candidate - d) <= STEP_TOLERANCE * d, xp.logical_and(xp.isfinite(g), xp.isfinite(slope))
@@ -207,11 +217,17 @@ def upper_root(lp, lq, delta, seed):
     d_prev = lo + xp.nan
     g_prev = lo + xp.nan
     done = saturated
+    log_r = lo + xp.nan  # log r, log s and q at the last point evaluated
+    log_s = log_r
+    q = log_r
     for _ in range(MAX_ITERATIONS):
-        g, slope = g_and_slope(lp, lq, p, pc, d)
+        g, slope, log_r_d, log_s_d, q_d = g_and_slope(lp, lq, p, pc, d)
         candidate, lo, hi, converged = step(g, slope, d, lo, hi, d_prev, g_prev, delta)
         d_prev = xp.where(done, d_prev, d)
         g_prev = xp.where(done, g_prev, g)
+        log_r = xp.where(done, log_r, log_r_d)
+        log_s = xp.where(done, log_s, log_s_d)
+        q = xp.where(done, q, q_d)
         d = xp.where(done, d, candidate)
         done = xp.logical_or(done, converged)
         if xp.all_true(done):
@@ -225,8 +241,12 @@ def upper_root(lp, lq, delta, seed):
     edge = xp.logical_and(xp.logical_not(root), xp.abs(g_infinity - delta) <= 1e-9 * delta)
     saturated = xp.logical_or(saturated, edge)
     done = xp.logical_or(saturated, root)
-    _, log_r, _, _, log_s, _, _ = cells(lp, lq, p, pc, d)
-    return log_r, log_s, saturated, done
+    # from the last point evaluated to d (|d - d_prev| <= 1e-10 d): d log r/dd = 1 - q, d log s/dd = -q, both
+    # second derivatives -q(1 - q); the neglected third-order term is below 1e-30 d^3
+    shift = d - d_prev
+    one_minus_q = xp.exp(lq + log_s)  # (1 - p) s, exact where q rounds to 1 (d can be 1e17 there)
+    half_square = 0.5 * (q * one_minus_q * shift) * shift
+    return log_r + one_minus_q * shift - half_square, log_s - q * shift - half_square, saturated, done
 
 
 def seed_log_w(L, seed):
@@ -345,19 +365,22 @@ def kl_polish(lp, p, pc, log_w, delta):
     return log_r + one_minus_q * shift - half_square, log_s - q * shift - half_square
 
 
-def kl_seeded_bounds(lp, delta, lower_at_one, seed):
-    """:func:`kl_bounds` with each root started from the δ's seed table and finished by one Halley step; the
-    Halley iteration from the outer start takes over outside the table (scalar backends skip it elsewhere)."""
+def kl_polished_bounds(lp, delta, lower_at_one, seed):
+    """:func:`kl_bounds` with each root started from the δ's seed table and finished by one Halley step,
+    branch-free so that a compiler vectorises it; status NOT_CONVERGED marks a token a root of which has no
+    seed (p below e^-704 or above 1 - 1e-12): the caller solves those with :func:`kl_bounds`."""
     lps, lq = _regular(lp)
     p = xp.exp(lps)
     pc = xp.exp(lq)
     log_w_up = seed_log_w(-lps, seed)
     log_w_lo = seed_log_w(-lq, seed)  # mirror: the upper root of the token 1 - p
-    seeded_up = xp.logical_and(xp.isfinite(log_w_up), lps >= LOG_P_TINY)
-    seeded_lo = xp.logical_and(xp.isfinite(log_w_lo), lq >= LOG_P_TINY)
-    log_r = xp.where(seeded_up, kl_polish(lps, p, pc, log_w_up, delta)[0], kl_upper_root(lps, lq, delta)[0])
-    log_s = xp.where(seeded_lo, kl_polish(lq, pc, p, log_w_lo, delta)[1], kl_upper_root(lq, lps, delta)[1])
-    return _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one)
+    seeded = xp.logical_and(xp.logical_and(xp.isfinite(log_w_up), lps >= LOG_P_TINY),
+                            xp.logical_and(xp.isfinite(log_w_lo), lq >= LOG_P_TINY))  # fmt: skip
+    log_r = kl_polish(lps, p, pc, log_w_up, delta)[0]
+    log_s = kl_polish(lq, pc, p, log_w_lo, delta)[1]
+    lower, upper, status = _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one)
+    special = xp.logical_not(xp.logical_and(lp < 0.0, lp > -xp.inf))  # NaN, p = 1, p = 0: set by finish
+    return lower, upper, xp.where(xp.logical_or(seeded, special), status, NOT_CONVERGED)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -404,4 +427,4 @@ def pearson_bounds(lp, delta, lower_at_one, seed):
 
 #: kind -> bounds function name (the entry points of a bound instance)
 ENTRY_POINTS = {"generic": "generic_bounds", "kl": "kl_bounds", "tv": "tv_bounds", "pearson": "pearson_bounds",
-                "kl_seeded": "kl_seeded_bounds"}
+                "kl_polished": "kl_polished_bounds"}
