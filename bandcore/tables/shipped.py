@@ -2,7 +2,8 @@
 
 The shipped set (:data:`SHIPPED`) is 1-D tables at δ ∈ {0.01, 0.02, 0.05, 0.1, 0.2} for every catalogue
 divergence the evaluation kernel can tabulate (:data:`SHIPPED_NAMES`; see :mod:`bandcore.tables.shape` for
-why js and reverse_kl cannot be), α = ½ and α = −1 of the α-family, and a 2-D KL table over δ ∈ [0.01, 0.2], all at target 1e-7, all ``.npz``, listed with
+why js and reverse_kl cannot be), α = ½ and α = −1 of the α-family, and a 2-D KL table over δ ∈ [0.01, 0.2],
+all at target 1e-7, all ``.npz``, listed with
 sizes, certified errors and checksums in ``manifest.json``.  :func:`regenerate` rebuilds them; a build depends
 on its inputs only (no clock, no thread count: ``tests/test_tables_determinism.py``), so regenerating
 unchanged code reproduces every file byte for byte;
