@@ -147,7 +147,9 @@ def test_quick_bench_json_has_every_row_at_equal_threads(quick_run):
     threads = bench._resolve_threads(None)
     assert r["threads"] == threads == r["machine"]["torch_threads"]
     assert r["machine"]["numba_threads"] in (threads, None)  # None: Numba not installed
-    assert f"on {threads} thread(s)" in r["thread_note"]
+    assert f"set to {threads} thread(s)" in r["thread_note"]
+    serial = threads > 1 and min(r["sizes"]) <= r["numba_serial_max"]  # small calls run on one thread: said
+    assert ("run serially" in r["thread_note"]) == serial
     assert len(r["machine"]["load_average_start"]) == len(r["machine"]["load_average_end"]) == 3  # Linux
     assert not r["unavailable"], r["unavailable"]
     assert r["sizes"] == [20_000, 1_000]

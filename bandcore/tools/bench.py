@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from .._progress import progress as progress_bar
+from ..kernels.backends import SERIAL_MAX
 from ..tables import rel_log_error
 from .bench_memory import _get_threads, _measure_memory, _resolve_threads, _set_threads
 from .bench_methods import Method, method_count, methods_for
@@ -195,10 +196,8 @@ def _setup(settings: dict[str, Any], oracle_points: int, bar: Any) -> tuple[dict
         },
         **settings,
         "dtype": "float32",
-        "thread_note": (
-            f"Numba, torch (published solver, torch backend), the table kernels and the torch/Numba copies on "
-            f"{settings['threads']} thread(s); the NumPy backend and NumPy's copy are single-threaded"
-        ),
+        "thread_note": _thread_note(settings["threads"], settings["sizes"]),
+        "numba_serial_max": SERIAL_MAX,
         "timing": (
             f"best per-call time of {settings['repeats']} repeats, each of back-to-back calls lasting "
             f">= {MIN_REPEAT_SECONDS * 1e3:g} ms; the first call is excluded (first_call_seconds)"
@@ -212,6 +211,19 @@ def _setup(settings: dict[str, Any], oracle_points: int, bar: Any) -> tuple[dict
         "unavailable": {},
     }
     return report, inputs, points
+
+
+def _thread_note(threads: int, sizes: tuple[int, ...]) -> str:
+    note = (
+        f"Numba, torch (published solver, torch backend), the table kernels and the torch/Numba copies are set to "
+        f"{threads} thread(s); the NumPy backend and NumPy's copy are single-threaded"
+    )
+    if threads > 1 and min(sizes) <= SERIAL_MAX:
+        note += (
+            f". At {SERIAL_MAX:,} tokens or fewer bandcore's Numba drivers run serially, and torch splits "
+            "element-wise work into chunks of 32,768 elements, so those calls use one thread whatever the setting"
+        )
+    return note
 
 
 def _load_average() -> list[float] | None:
