@@ -1,8 +1,7 @@
-"""The TRL example (examples/trl_grpo.py): its tokenizer, data and reward functions, and a real run of it."""
+"""The TRL trl_example (examples/trl_grpo.py): its tokenizer, data and reward functions, and a real run of it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -18,19 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "trl_grpo.py"
 
 
-@pytest.fixture(scope="module")
-def example():
-    spec = importlib.util.spec_from_file_location("trl_grpo_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
-
-def test_the_tokenizer_is_character_level_and_trained_on_the_task(example):
-    task = example.make_task("add")
-    tokenizer = example.build_tokenizer(task)
-    assert set(tokenizer.get_vocab()) == {*example.SPECIAL_TOKENS, *"0123456789+="}
-    assert tokenizer.get_vocab() == example.build_tokenizer(task).get_vocab()  # the same on every process
+def test_the_tokenizer_is_character_level_and_trained_on_the_task(trl_example):
+    task = trl_example.make_task("add")
+    tokenizer = trl_example.build_tokenizer(task)
+    assert set(tokenizer.get_vocab()) == {*trl_example.SPECIAL_TOKENS, *"0123456789+="}
+    assert tokenizer.get_vocab() == trl_example.build_tokenizer(task).get_vocab()  # the same on every process
     ids = tokenizer("47+38=")["input_ids"]
     assert len(ids) == 6 and tokenizer.decode(ids) == "47+38="
     # a completion as TRL decodes it: special tokens (the <eos> that ends it, padding) dropped, no spaces
@@ -40,40 +32,40 @@ def test_the_tokenizer_is_character_level_and_trained_on_the_task(example):
     assert batch["attention_mask"][0] == [0, 0, 1, 1, 1]  # left padding, as generation needs
 
 
-def test_the_dataset_holds_verifiable_problems(example):
-    reverse = example.build_dataset(example.make_task("reverse"), 32, seed=3)
+def test_the_dataset_holds_verifiable_problems(trl_example):
+    reverse = trl_example.build_dataset(trl_example.make_task("reverse"), 32, seed=3)
     assert reverse.column_names == ["prompt", "answer"]
     for prompt, answer in zip(reverse["prompt"], reverse["answer"], strict=True):
         assert re.fullmatch(r"\d{4}=", prompt) and answer == prompt[:-1][::-1] != prompt[:-1]
-    add = example.build_dataset(example.make_task("add"), 32, seed=3)
+    add = trl_example.build_dataset(trl_example.make_task("add"), 32, seed=3)
     for prompt, answer in zip(add["prompt"], add["answer"], strict=True):
         a, b = re.fullmatch(r"(\d\d)\+(\d\d)=", prompt).groups()
         assert len(answer) == 3 and int(answer[::-1]) == int(a) + int(b)  # least significant digit first
-    assert example.build_dataset(example.make_task("reverse"), 32, seed=3)["prompt"] == reverse["prompt"]
+    assert trl_example.build_dataset(trl_example.make_task("reverse"), 32, seed=3)["prompt"] == reverse["prompt"]
 
 
-def test_reward_functions_take_trls_arguments(example):
+def test_reward_functions_take_trls_arguments(trl_example):
     """TRL calls reward(prompts=, completions=, completion_ids=, <dataset columns>, trainer_state=, ...)."""
     completions = ["1274", "1247", "4721", "", "12745"]
     trl_kwargs = dict(prompts=["4721="] * 5, completion_ids=[[0]] * 5, trainer_state=None,
                       log_extra=lambda *a: None, log_metric=lambda *a: None)
-    assert example.exact_match(completions=completions, answer=["1274"] * 5, **trl_kwargs) == [1, 0, 0, 0, 0]
-    scores = example.digit_match(completions=completions, answer=["1274"] * 5, **trl_kwargs)
+    assert trl_example.exact_match(completions=completions, answer=["1274"] * 5, **trl_kwargs) == [1, 0, 0, 0, 0]
+    scores = trl_example.digit_match(completions=completions, answer=["1274"] * 5, **trl_kwargs)
     assert scores == pytest.approx([1.0, 3 / 5, 1 / 5, 0.0, 4 / 5])  # per character, plus the right length
 
 
-def test_cpu_settings_build_a_quiet_config(example, tmp_path):
+def test_cpu_settings_build_a_quiet_config(trl_example, tmp_path):
     """A config from cpu_settings() raises no deprecation warning (filterwarnings = error) on this transformers."""
     from bandcore.rl.trl import BandGRPOConfig
 
-    config = BandGRPOConfig(output_dir=str(tmp_path), **example.cpu_settings())
+    config = BandGRPOConfig(output_dir=str(tmp_path), **trl_example.cpu_settings())
     assert config.use_cpu and not config.bf16 and not config.gradient_checkpointing
     assert getattr(config, "activation_checkpointing", False) is False
 
 
-def test_an_unknown_task_is_refused(example):
+def test_an_unknown_task_is_refused(trl_example):
     with pytest.raises(ValueError, match=r"task must be one of \['add', 'reverse'\], got 'sort'"):
-        example.make_task("sort")
+        trl_example.make_task("sort")
 
 
 def _png_size(data: bytes) -> tuple[int, int]:
@@ -83,7 +75,7 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 @pytest.mark.slow
 def test_the_example_trains_and_the_reward_rises(tmp_path):
-    """The example as a user runs it (60 GRPO steps after its default warm-up, about 20 s on one CPU thread)."""
+    """The trl_example as a user runs it (60 GRPO steps after its default warm-up, about 20 s on one CPU thread)."""
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

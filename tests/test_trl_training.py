@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
 from bandcore.rl.trl import P_BUCKETS, BandGRPOConfig, BandGRPOTrainer
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trl_grpo.py"
 # transformers 5.x deprecates a property that TRL 1.16 reads at every generation: a third-party warning
 TRL_GENERATION_WARNING = "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
 
-
-@pytest.fixture(scope="module")
-def example():
-    spec = importlib.util.spec_from_file_location("trl_grpo_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class _RatioRecorder(BandGRPOTrainer):
@@ -33,18 +23,18 @@ class _RatioRecorder(BandGRPOTrainer):
 
 
 @pytest.mark.filterwarnings(TRL_GENERATION_WARNING)
-def test_the_default_configuration_moves_the_ratio_and_logs_the_band(example, tmp_path):
+def test_the_default_configuration_moves_the_ratio_and_logs_the_band(trl_example, tmp_path):
     """With BandGRPOConfig's defaults (num_iterations, steps_per_generation, gradient_accumulation_steps unset)
     every batch arrives with old log-probabilities (no on-policy warning: filterwarnings = error), the second
     pass over it, after an optimizer step, sees a ratio different from 1, and every step logs the Band."""
     config = BandGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
                             max_completion_length=5, max_steps=2, logging_steps=1, learning_rate=0.05,
-                            **example.cpu_settings())
+                            **trl_example.cpu_settings())
     assert (config.num_iterations, config.gradient_accumulation_steps, config.steps_per_generation) == (2, 1, 1)
-    task = example.make_task("reverse")
-    tokenizer = example.build_tokenizer(task)
-    trainer = _RatioRecorder(model=example.build_model(tokenizer, seed=0), reward_funcs=example.digit_match,
-                             args=config, train_dataset=example.build_dataset(task, 16, seed=0),
+    task = trl_example.make_task("reverse")
+    tokenizer = trl_example.build_tokenizer(task)
+    trainer = _RatioRecorder(model=trl_example.build_model(tokenizer, seed=0), reward_funcs=trl_example.digit_match,
+                             args=config, train_dataset=trl_example.build_dataset(task, 16, seed=0),
                              processing_class=tokenizer)
     trainer.train()
     first_pass, second_pass = trainer.band_log_ratio_max

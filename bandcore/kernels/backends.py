@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import textwrap
 from functools import lru_cache
 from types import ModuleType
 from typing import Any
@@ -136,6 +137,16 @@ def lower_at_one(divergence: Divergence, delta: float) -> float:
 # Numba: the generated module
 # ------------------------------------------------------------------------------------------------------------
 
+#: Solve token i with SOLVER and store it (one body for both passes of the driver).
+_TOKEN = '''lp = np.float64(old_log_prob[i])
+lp = 0.0 if lp > 0.0 and lp <= TOL else lp
+lo, up, st = SOLVER(lp, delta, lower_at_one, seed)
+if ratios:
+    lo = xp.exp(lo)
+    up = xp.exp(up)
+lower[i] = lo
+upper[i] = up
+status[i] = np.int8(st)'''
 _DRIVER = '''
 
 @njit(cache=True, parallel={parallel}, fastmath=FASTMATH, error_model="numpy")
@@ -144,30 +155,20 @@ def band_kernel{suffix}(old_log_prob, delta, lower_at_one, ratios, lower, upper,
     then the tokens the first pass marked NOT_CONVERGED again with the fallback solver (if any)."""
     above = 0
     for i in {range}(old_log_prob.size):
-        lp = np.float64(old_log_prob[i])
-        above += lp > TOL
-        lp = 0.0 if lp > 0.0 and lp <= TOL else lp
-        lo, up, st = {entry}(lp, delta, lower_at_one, seed)
-        if ratios:
-            lo = xp.exp(lo)
-            up = xp.exp(up)
-        lower[i] = lo
-        upper[i] = up
-        status[i] = np.int8(st)
+        above += old_log_prob[i] > TOL
+{first}
     if {fallback_enabled}:
         for i in {range}(old_log_prob.size):
             if status[i] == np.int8(NOT_CONVERGED):
-                lp = np.float64(old_log_prob[i])
-                lp = 0.0 if lp > 0.0 and lp <= TOL else lp
-                lo, up, st = {fallback}(lp, delta, lower_at_one, seed)
-                if ratios:
-                    lo = xp.exp(lo)
-                    up = xp.exp(up)
-                lower[i] = lo
-                upper[i] = up
-                status[i] = np.int8(st)
+{second}
     return above
 '''
+
+
+def _token(solver: str, indent: int) -> str:
+    return textwrap.indent(_TOKEN.replace("SOLVER", solver), " " * indent)
+
+
 #: Below this many tokens the drivers run serially: waking a thread pool costs more than the work.
 SERIAL_MAX = 32_768
 
@@ -193,7 +194,7 @@ def _numba_source(divergence: Divergence, kind: str) -> str:
             lines += ["@njit(cache=True, fastmath=FASTMATH, error_model='numpy')", fn.math_source()]
     entry = _reference.ENTRY_POINTS["kl_polished" if kind == "kl" else kind]
     fallback = _reference.ENTRY_POINTS[kind]
-    drivers = _drivers(_DRIVER, entry=entry, fallback=fallback, fallback_enabled=str(kind == "kl"))
+    drivers = _drivers(_DRIVER, first=_token(entry, 8), second=_token(fallback, 16), fallback_enabled=str(kind == "kl"))
     return generated_source([(lookup, not vector), (_reference, not vector)],
                             "numba_fast_ops" if vector else "numba_ops", lines, drivers, inline=vector)  # fmt: skip
 

@@ -34,7 +34,7 @@ import numpy as np
 from .buckets import MECHANISM_FIELDS, mechanism
 from .config import TrainConfig
 from .stats import CI_LEVEL, format_diff, format_mean, mean_ci, paired_difference, t_quantile
-from .train import CHECKPOINT_FILE, METRICS_FILE, RUN_FILES, WARMUP_FILE, read_metrics, run
+from .train import CHECKPOINT_FILE, METRICS_FILE, RUN_FILES, WARMUP_FILE, read_metrics, run, run_finished
 
 __all__ = ["BUDGETS", "METHOD_PRESETS", "compare", "plot_curves", "render_markdown", "summarise"]
 
@@ -137,7 +137,7 @@ def compare(out: str | Path, *, overrides: dict[str, Any] | None = None, seeds: 
     bar = _progress(progress, len(jobs))
     for name, config, directory in jobs:
         warm_start = None if name == first_method else out / "runs" / first_method / f"seed{config.seed}" / WARMUP_FILE
-        if not (resume and _finished(directory, config.steps)):
+        if not (resume and run_finished(directory, config.steps)):
             # resume where a checkpoint exists; otherwise a new run (checked above: absent, or new_run)
             run(config, directory, resume=resume and (directory / CHECKPOINT_FILE).exists(), new_run=new_run,
                 warm_start=warm_start, progress=False, threads=threads)
@@ -193,14 +193,6 @@ def _check_out(out: Path, directories: list[Path], resume: bool, new_run: bool) 
         shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
         raise ValueError(f"out: {str(out)!r} already holds a comparison ({shown}); pass --resume to continue it, "
                          "--new-run to replace it, or choose a new --out")
-
-
-def _finished(directory: Path, steps: int) -> bool:
-    path = directory / METRICS_FILE
-    if not path.exists():
-        return False
-    lines = read_metrics(path)
-    return bool(lines) and lines[-1]["step"] == steps and "eval_reward" in lines[-1]
 
 
 def summarise(runs: dict[str, list[list[dict[str, Any]]]], base: TrainConfig, seeds: int) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from .buckets import mechanism
 from .compare import REGIME
 from .config import TrainConfig
 from .stats import CI_LEVEL, format_diff, format_mean, mean_ci, paired_difference
-from .train import METRICS_FILE, RUN_FILES, WARMUP_FILE, read_metrics, run
+from .train import METRICS_FILE, RUN_FILES, WARMUP_FILE, read_metrics, run, run_finished
 
 __all__ = ["NOISES", "RARITIES", "VARIANTS", "plot_sweep", "render_sweep", "run_metrics", "sweep"]
 
@@ -124,7 +124,7 @@ def sweep(out: str | Path, *, overrides: dict[str, Any] | None = None, seeds: in
     lines: dict[str, dict[str, list[list[dict[str, Any]]]]] = {}
     for cell, name, config, directory in jobs:
         reference = directory.parent.parent / _dir_name("clip") / directory.name / WARMUP_FILE
-        if not (resume and _finished(directory, config.steps)):
+        if not (resume and run_finished(directory, config.steps)):
             run(config, directory, new_run=True, warm_start=None if name == "clip" else reference,
                 progress=False, threads=threads)
         lines.setdefault(cell, {}).setdefault(name, []).append(read_metrics(directory / METRICS_FILE))
@@ -138,14 +138,6 @@ def sweep(out: str | Path, *, overrides: dict[str, Any] | None = None, seeds: in
     (out / "sweep.md").write_text(render_sweep(result))
     plot_sweep(result, out / "mechanism.png")
     return result
-
-
-def _finished(directory: Path, steps: int) -> bool:
-    path = directory / METRICS_FILE
-    if not path.exists():
-        return False
-    lines = read_metrics(path)
-    return bool(lines) and lines[-1]["step"] == steps and "eval_reward" in lines[-1]
 
 
 def run_metrics(lines: list[dict[str, Any]]) -> dict[str, float | None]:

@@ -407,3 +407,12 @@ def _progress(enabled: bool, initial: int, total: int):
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The lines of a ``metrics.jsonl``."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def run_finished(directory: Path, steps: int) -> bool:
+    """Whether the run in ``directory`` logged all ``steps`` and its final evaluation (``--resume`` skips it)."""
+    path = Path(directory) / METRICS_FILE
+    if not path.exists():
+        return False
+    lines = read_metrics(path)
+    return bool(lines) and lines[-1]["step"] == steps and "eval_reward" in lines[-1]
