@@ -29,6 +29,19 @@ reaches 0; :math:`\log r = \log F`); 2 — :math:`\log(-\log r)` (a lower bound 
 otherwise the end value; right of :math:`b` a saturated side returns :math:`-\infty` (:math:`r = 0`),
 otherwise the end tangent in :math:`L`.
 
+**Bounds split at a saturation threshold** (:func:`split_bound_log`, kinds 4 — lower — and 5 — upper).
+Where the bound is singular at its threshold :math:`L^*` (e.g. :math:`r \sim \lambda/\log(1/\lambda)`), it is
+stored in two parts: a *far* part in :math:`L` (kind 1's :math:`r` for a lower bound, kind 0's :math:`\log r`
+for an upper one) on :math:`[a, m]` (lower) or :math:`[m, b]` (upper), and a *near* part in the distance
+:math:`\lambda = |L - L^*|` on octave cells of :math:`[\lambda_0, \lambda_m]`, so cells refine geometrically
+towards the threshold.  :math:`L^*` is a double-double :math:`L^*_{hi} + L^*_{lo}`, so :math:`\lambda =
+(L^*_{hi} - L) + L^*_{lo}` is exact to rounding even at the float next to :math:`L^*`.  The near part stores
+:math:`G = \log u - \gamma\log\lambda` with :math:`u = r` (lower) or :math:`u = 1 - q = 1 - pr` (upper) and
+:math:`\gamma` the leading exponent of :math:`u` in :math:`\lambda`; then :math:`\log r = G + \gamma\log\lambda`
+(lower) or :math:`L + \log(1 - e^{G + \gamma\log\lambda})` (upper).  The arrays hold both grids one after the
+other: ``fm = (far: a, b, F(a), F(b), F'(b); near: λ0, λm, G(λ0), G(λm), G'(λm); L*_hi, L*_lo, γ)``,
+``im = (kind, saturated left, saturated right, far e_a, far octaves, far cells, 0, near e_λ0)``.
+
 A bound's arrays are ``(fm, im, off, shift, cells)``: ``fm = (a, b, F(a), F(b), F'(b))``,
 ``im = (kind, saturated left of a, saturated right of b, e_a)``, ``off``/``shift`` (= 52 − level) per octave
 and ``cells`` rows :math:`(L_c, 1/w, c_0, c_1, c_2, c_3)`.
@@ -38,7 +51,7 @@ from __future__ import annotations
 
 from .ops import numpy_ops as xp  # rebound per backend by .backends
 
-__all__ = ["bound_log", "interpolate", "table_bounds"]
+__all__ = ["bound_log", "interpolate", "split_bound_log", "table_bounds"]
 
 MANTISSA = 0xFFFFFFFFFFFFF  # the 52 mantissa bits of a float64
 
@@ -55,8 +68,54 @@ def interpolate(L, fm, im, off, shift, cells):
     return xp.where(L <= fm[0], fm[2], xp.where(L >= fm[1], right, inner))
 
 
+def split_bound_log(L, fm, im, off, shift, cells):
+    """log r of a bound split at its saturation threshold (kinds 4 and 5; module docstring)."""
+    n_oct = im[6]
+    n_cells = im[7]
+    far = interpolate(L, fm, im, off, shift, cells)
+    if im[0] == 4:
+        lam = (fm[14] - L) + fm[15]  # lower: lambda = L* - L, L* = fm[14] + fm[15] (double-double)
+    else:
+        lam = (L - fm[14]) - fm[15]  # upper: lambda = L - L*
+    g = interpolate(lam, fm[9:14], im[8:12], off[n_oct:], shift[n_oct:], cells[n_cells:])
+    log_u = g + fm[16] * xp.log(xp.maximum(lam, fm[9]))
+    if im[0] == 4:
+        y_far = xp.where(far > 0.0, xp.log(xp.minimum(far, 1.0)), -xp.inf)
+        y = xp.where(L < fm[1], y_far, xp.minimum(log_u, 0.0))
+        return xp.where(L >= fm[14], -xp.inf, y)
+    y_far = xp.minimum(xp.maximum(far, 0.0), L)
+    y_near = xp.minimum(xp.maximum(L + xp.log1p(-xp.exp(xp.minimum(log_u, 0.0))), 0.0), L)  # 1 - q = u
+    y = xp.where(L >= fm[0], y_far, y_near)
+    return xp.where(L <= fm[14], L, y)
+
+
+def tail_log(L, y, fm, im):
+    """The tails of a bound whose ``im`` has tail modes (module docstring): left of a, log r = C/(beta - log L)
+    (im[4] = 1); right of b, y + log(y + nu) = L + K (im[5] = 1, an upper bound; fm[7] = K, fm[8] = nu)."""
+    if im[4] == 1:
+        y = xp.where(L < fm[0], fm[5] / (fm[6] - xp.log(L)), y)
+    if im[5] == 1:
+        F = L + fm[7]
+        z = F - xp.log(xp.maximum(F, 1.0))
+        for _ in range(4):  # Newton on z + log(z + nu) = F from z = F - log F (F >= 600): quadratic, 4 steps
+            z = z - (z + xp.log(z + fm[8]) - F) * (z + fm[8]) / (z + fm[8] + 1.0)
+        y = xp.where(L > fm[1], xp.where(F < xp.inf, z, xp.inf), y)
+    return y
+
+
 def bound_log(L, fm, im, off, shift, cells):
     """log r of one tabulated bound at L = -log p >= 0 (module docstring)."""
+    if im[0] >= 4:
+        y = split_bound_log(L, fm, im, off, shift, cells)
+    else:
+        y = plain_bound_log(L, fm, im, off, shift, cells)
+    if len(im) > 4:
+        y = tail_log(L, y, fm, im)
+    return y
+
+
+def plain_bound_log(L, fm, im, off, shift, cells):
+    """log r of a bound of kind 0 to 3 (module docstring)."""
     f = interpolate(L, fm, im, off, shift, cells)
     if im[0] == 0:
         y = xp.minimum(xp.maximum(f, 0.0), L)  # 1 <= r_up <= 1/p

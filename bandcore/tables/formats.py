@@ -44,7 +44,7 @@ _METADATA_KEY = "__metadata__"
 SHIPPED_DIR = Path(str(files("bandcore.tables") / "data"))
 _SIDES = ("lower", "upper")
 ARRAYS = {
-    "1d": tuple(f"{s}_{k}" for s in _SIDES for k in ("knots", "values", "slopes", "levels")),
+    "1d": tuple(f"{s}_{n}{k}" for s in _SIDES for n in ("", "near_") for k in ("knots", "values", "slopes", "levels")),
     "2d": tuple(f"{s}_{k}" for s in _SIDES for k in ("knots", "levels", "coef_values", "coef_slopes")),
 }
 _NPY_HEADER_BYTES = 4096  # the .npy header of a float64 vector or matrix is 128 bytes
@@ -82,12 +82,18 @@ def array_limit(kind: Any, name: str, knots: int | None = None) -> int:
     if kind not in ARRAYS or name not in ARRAYS[kind]:
         raise KeyError(name)
     max_knots = MAX_KNOTS if kind == "1d" else MAX_KNOTS_2D
-    field = name.split("_", 1)[1]
+    field = name.split("_", 1)[1].removeprefix("near_")  # the near part of a bound split at its threshold
     if field == "levels":
         return MAX_OCTAVES
     if field.startswith("coef_"):
         return MAX_NODES * (max_knots if knots is None else min(knots, max_knots))
     return max_knots if knots is None or field == "knots" else min(knots, max_knots)
+
+
+def knots_of(name: str) -> str:
+    """The knots array that bounds the size of array ``name`` (``lower_near_values`` -> ``lower_near_knots``)."""
+    side, field = name.split("_", 1)
+    return f"{side}_near_knots" if field.startswith("near_") else f"{side}_knots"
 
 
 def _canonical_metadata(metadata: dict[str, Any]) -> bytes:
@@ -217,7 +223,7 @@ def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         kind = metadata.get("table") if isinstance(metadata, dict) else None
         arrays = {}
         for name in sorted(members, key=lambda n: not n.endswith("_knots")):  # knots first: they bound the rest
-            knots = arrays.get(name.split("_", 1)[0] + "_knots")
+            knots = arrays.get(knots_of(name))
             limit = _limit(kind, name, None if knots is None else knots.size)
             arrays[name] = _read_npy(zf, members[name], limit)
     return arrays, metadata

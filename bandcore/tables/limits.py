@@ -16,7 +16,7 @@ MAX_KNOTS_2D = 8 * MAX_KNOTS // 5
 #: Chebyshev nodes in delta of a 2-D table
 MAX_NODES = 65
 #: octaves of L_RANGE: the length of a levels array
-MAX_OCTAVES = octave_of(L_RANGE[1]) - octave_of(L_RANGE[0]) + 1
+MAX_OCTAVES = octave_of(L_RANGE[1]) - octave_of(2.0**-1022) + 1  # a grid may start at 2^-1022 (logarithmic tail)
 #: a table file of any format (checked before it is read)
 MAX_FILE_BYTES = 64 << 20
 #: the metadata of a table file
