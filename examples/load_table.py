@@ -13,6 +13,8 @@ def load(path):
 
 def bound(a, meta, side, L):
     k, v, d, kind = a[side + "_knots"], a[side + "_values"], a[side + "_slopes"], meta[side + "_kind"]
+    if kind > 3 or side + "_left_tail" in meta or side + "_right_tail" in meta:  # js, reverse_kl, alpha(0.7)
+        raise ValueError("a bound split at its threshold or with logarithmic tails: read it with bandcore")
     j = np.clip(np.searchsorted(k, L) - 1, 0, len(k) - 2)
     w = k[j + 1] - k[j]
     s = np.clip((L - k[j]) / w, 0, 1)  # cubic Hermite in L = -log p on [k_j, k_j+1], slopes dF/dL

@@ -129,12 +129,20 @@ def test_user_seed_is_cached_on_disk_and_a_damaged_file_is_rebuilt(tmp_path, mon
                                   fresh.cells)  # fmt: skip
 
 
-@pytest.mark.parametrize("name", ["kl", "hellinger"])
+@pytest.mark.parametrize("name", ["kl", "hellinger", "js", "reverse_kl"])
 def test_table_lookup_is_one_source_on_every_backend(name):
-    """The certified table read by the NumPy, Numba and torch bindings of bandcore.kernels.lookup."""
+    """The certified table read by the NumPy, Numba and torch bindings of bandcore.kernels.lookup (js and
+    reverse_kl: bounds split at their thresholds, kinds 4 and 5, and reverse_kl's logarithmic tails)."""
     torch = pytest.importorskip("torch")
-    table = bc.BandTable.build(name, 0.05) if name != "kl" else bc.BandTable.shipped("kl", 0.05)
-    log_p = np.concatenate([-np.logspace(-12, 3, 300), [0.0, 5e-7, -np.inf, np.nan, -1e-300]])
+    table = bc.BandTable.build(name, 0.05) if name == "hellinger" else bc.BandTable.shipped(name, 0.05)
+    near = []
+    for bound in (table.lower, table.upper):
+        if hasattr(bound, "threshold"):  # next to a split bound's threshold, on both sides
+            L_star = bound.threshold
+            near += [L_star * (1 + s * 10.0**-k) for k in range(3, 16) for s in (-1, 1)]
+            near += [np.nextafter(L_star, 0.0), np.nextafter(L_star, np.inf), L_star]
+    log_p = np.concatenate([-np.logspace(-12, 3, 300), [0.0, 5e-7, -np.inf, np.nan, -1e-300, -5e-324, -1e-310],
+                            -np.array(near)])  # fmt: skip
     results = {b: table.log(log_p, backend=b) for b in ("numpy", "numba")}
     results["torch"] = tuple(t.numpy() for t in table.log(torch.from_numpy(log_p), backend="torch"))
     for b in ("numba", "torch"):

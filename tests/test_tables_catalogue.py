@@ -1,5 +1,5 @@
 """Tables for the catalogue: every divergence the kernel can tabulate agrees with the 50-digit oracle at random
-points and next to its saturation thresholds; the others are refused up front with the reason; names of the
+points and next to its saturation thresholds (a singular threshold splits the table there); names of the
 α-family and of formulas round-trip through files; regressions of the builds that used to fail."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from bandcore.tables.formats import file_stem, shipped_name
 from bandcore.tables.pieces import bisection_band_log, log_p_of_x, pieces, saturation_threshold
 from bandcore.tables.shape import LOG_NEG_LOG_R, LOG_R_LOWER, kernel_kinds, lower_tail_kind, threshold_exponent
 from bandcore.tables.shipped import SHIPPED_NAMES
+from bandcore.tables.threshold import SplitBound
 
 #: tables checked against the oracle: shipped ones (loaded) and fresh builds of the rest
 SHIPPED_CASES = [(name, (0.02, 0.2, 0.05, 0.2, 0.02, 0.1)[i % 6]) for i, name in enumerate(SHIPPED_NAMES)]
@@ -45,14 +46,24 @@ def _threshold_log_p(table: BandTable, name: str, delta: float) -> np.ndarray:
     evaluated in Horner form from the cell's left knot, cancels down to r ~ 1e-18 with an absolute error
     ~ 1e-16 r(left knot), i.e. a relative one ~ 1e-16 (w/|L - L*|)^2 (3e-7 at η = 1e-9 in the measure), so
     η = 1e-8 there (see bandcore.tables.shape)."""
-    ends = []
+    ends, nearest = [], []
     if table.upper.saturated_left:
-        ends.append((table.upper.knots[0], 1e-9))
+        if isinstance(table.upper, SplitBound):  # split at the threshold: down to the float next to it
+            L_star = table.upper.threshold
+            ends.append((L_star, 1e-14))
+            nearest.append(np.nextafter(L_star, np.inf))
+        else:
+            ends.append((table.upper.knots[0], 1e-9))
     if table.lower.saturated_right:
-        L_star = table.lower.knots[-1]
-        gamma = threshold_exponent(resolve(name), delta, "lower", L_star)
-        ends.append((L_star, 1e-9 if gamma < 1.5 else 1e-8))
-    return -np.array([L * (1 + s * eta) for L, eta in ends for s in (-1, 1)])
+        if isinstance(table.lower, SplitBound):
+            L_star = table.lower.threshold
+            ends.append((L_star, 1e-14))
+            nearest.append(np.nextafter(L_star, 0.0))
+        else:
+            L_star = table.lower.knots[-1]
+            gamma = threshold_exponent(resolve(name), delta, "lower", L_star)
+            ends.append((L_star, 1e-9 if gamma < 1.5 else 1e-8))
+    return -np.array([L * (1 + s * eta) for L, eta in ends for s in (-1, 1)] + nearest)
 
 
 @pytest.mark.parametrize("case", SHIPPED_CASES + FRESH_CASES + (KIND3_CASES if HAS_KIND3 else []),
@@ -77,7 +88,7 @@ def test_thresholds_are_the_grid_ends(tables, case):
         threshold = saturation_threshold(name, delta, side, (2.0**-120, 680.0))
         if threshold is None:
             continue
-        assert bound.knots[edge] == threshold
+        assert (bound.threshold if isinstance(bound, SplitBound) else bound.knots[edge]) == threshold
         L = threshold * (1 + np.array([0.0, 1e-12, 1e-6]) * (1 if side == "lower" else -1))
         lo, up = table.log(-L)
         if side == "lower":
@@ -90,9 +101,12 @@ def test_thresholds_are_the_grid_ends(tables, case):
 
 
 @pytest.mark.parametrize("name", ["js", "reverse_kl", "alpha(0.7)", "u*log(u) - u + 1 + (u - 1)**2"])
-def test_singular_threshold_is_refused_with_the_reason(name):
+def test_singular_threshold_is_measured_with_the_reason(name):
+    """No function of L alone is smooth at these thresholds (the tables split there: test_tables_threshold)."""
+    div = resolve(name)
+    L_star = saturation_threshold(div, 0.05, "lower", (2.0**-120, 680.0))
     with pytest.raises(ValueError, match=r"saturation threshold L\* = .* gamma = .* not a constant integer"):
-        BandTable.build(name, 0.05)
+        threshold_exponent(div, 0.05, "lower", L_star)
 
 
 @pytest.mark.parametrize("name", ["neyman", "alpha(-1)"])

@@ -39,8 +39,16 @@ towards the threshold.  :math:`L^*` is a double-double :math:`L^*_{hi} + L^*_{lo
 :math:`G = \log u - \gamma\log\lambda` with :math:`u = r` (lower) or :math:`u = 1 - q = 1 - pr` (upper) and
 :math:`\gamma` the leading exponent of :math:`u` in :math:`\lambda`; then :math:`\log r = G + \gamma\log\lambda`
 (lower) or :math:`L + \log(1 - e^{G + \gamma\log\lambda})` (upper).  The arrays hold both grids one after the
-other: ``fm = (far: a, b, F(a), F(b), F'(b); near: λ0, λm, G(λ0), G(λm), G'(λm); L*_hi, L*_lo, γ)``,
-``im = (kind, saturated left, saturated right, far e_a, far octaves, far cells, 0, near e_λ0)``.
+other: ``fm = (far: a, b, F(a), F(b), F'(b); tails: C, β, K, ν; near: λ0, λm, G(λ0), G(λm), G'(λm); L*_hi,
+L*_lo, γ)``, ``im = (kind, saturated left, saturated right, far e_a, left tail, right tail, far octaves, far
+cells, 0, 0, 0, near e_λ0)``.
+
+**Logarithmic tails** (:func:`tail_log`, any kind whose ``im`` has more than 4 entries; a bound of the original
+kinds packed with 4 is read exactly as before).  ``im[4] = 1``: left of :math:`a` (which is then
+:math:`2^{-1022}`), :math:`\log r = C/(\beta - \log L)` (``fm[5:7]``), for a lower bound with
+:math:`\log r \to 0` like :math:`1/\log(1/L)` as :math:`p \to 1` (a generator growing like :math:`u\log u`);
+``im[5] = 1``: right of :math:`b`, :math:`y + \log(y + \nu) = L + K` (``fm[7:9]``), solved by Newton, for an
+upper bound with :math:`\log r \approx L - \log L`.
 
 A bound's arrays are ``(fm, im, off, shift, cells)``: ``fm = (a, b, F(a), F(b), F'(b))``,
 ``im = (kind, saturated left of a, saturated right of b, e_a)``, ``off``/``shift`` (= 52 − level) per octave

@@ -41,8 +41,9 @@ The stored functions at a threshold are :math:`r` (kind 1, lower) and :math:`\lo
 octave grid, which refines towards :math:`L = 0` only, cannot follow a singularity at :math:`L^* > 0`.
 :func:`threshold_exponent` measures the local exponent :math:`\gamma = d\log u/d\log\varepsilon` at
 :math:`\varepsilon = 10^{-4}L^*` and :math:`10^{-6}L^*`; a bound whose exponent is not the same integer at
-both is refused before anything is built, with the reason.  (Tabulating those needs a kernel coordinate
-centred on :math:`L^*`, e.g. cells in :math:`L^* - L`; the evaluation kernel has none.)
+both (or whose cubic in L does not reach the target) is split at its threshold instead
+(:mod:`bandcore.tables.threshold`: kinds 4 and 5, octave cells in :math:`\lambda = |L - L^*|` storing
+:math:`\log u - \gamma\log\lambda`).
 
 **Limit at a γ = 2 lower threshold** (Hellinger, α = ½).  :math:`r \propto \varepsilon^2` is smooth and
 the cubic of the last cell (width :math:`w`, value and slope 0 at :math:`L^*`) is accurate, but the kernel

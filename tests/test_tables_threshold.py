@@ -1,0 +1,92 @@
+"""Tables split at a singular saturation threshold (js, reverse KL, the α-family with 0 < α < 1) and logarithmic
+tails (generators growing like u log u): certified against the 50-digit oracle next to the threshold, down to
+the float64 next to it, and in the tails; files round-trip; a user generator builds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bandcore import BandTable, Divergence
+from bandcore.oracle import reference_band_log
+from bandcore.tables import rel_log_error
+from bandcore.tables.threshold import SPLIT_LOWER, SPLIT_UPPER, SplitBound
+
+
+@pytest.fixture(scope="module")
+def js() -> BandTable:
+    return BandTable.shipped("js", 0.05)
+
+
+def _near_threshold(L_star: float, side: str) -> np.ndarray:
+    """L at relative distances 1e-2 .. 1e-15 from L* on the unsaturated side, and the two floats next to it."""
+    eta = 10.0 ** -np.arange(2, 16)
+    if side == "lower":
+        first = np.nextafter(L_star, 0.0)
+        return np.concatenate([L_star * (1 - eta), [first, np.nextafter(first, 0.0)]])
+    first = np.nextafter(L_star, np.inf)
+    return np.concatenate([L_star * (1 + eta), [first, np.nextafter(first, np.inf)]])
+
+
+def test_js_is_split_at_both_thresholds(js):
+    assert js.lower.kind == SPLIT_LOWER and js.upper.kind == SPLIT_UPPER
+    assert 0 < js.max_rel_error <= 1e-7
+    # near parts refine geometrically towards the threshold: cells of the first octave are far smaller than L*
+    for bound in (js.lower, js.upper):
+        assert bound.near.knots[0] < 1e-15 * bound.threshold
+        assert 0.9 < bound.gamma < 1.1  # u ~ lambda / log(1/lambda): exponent 1 up to the logarithm
+
+
+@pytest.mark.parametrize("side", ["lower", "upper"])
+def test_js_next_to_the_threshold_against_the_oracle(js, side):
+    """Where r ~ λ/log(1/λ): within the certificate at every distance, down to the float64 next to L*."""
+    bound = js.lower if side == "lower" else js.upper
+    index = 0 if side == "lower" else 1
+    L = _near_threshold(bound.threshold, side)
+    exact = reference_band_log("js", -L, 0.05)[index]
+    approx = js.log(-L)[index]
+    assert np.all(np.isfinite(approx))
+    assert rel_log_error(approx, exact).max() <= js.max_rel_error
+    # the saturated side stays exact
+    L_sat = bound.threshold * (1 + np.array([0.0, 1e-12, 1e-3]) * (1 if side == "lower" else -1))
+    lo, up = js.log(-L_sat)
+    assert np.all(np.isneginf(lo)) if side == "lower" else np.array_equal(up, L_sat)
+
+
+def test_split_table_round_trips_and_backends_agree(js, tmp_path):
+    log_p = -np.concatenate([_near_threshold(js.lower.threshold, "lower"), np.logspace(-300, 3, 200)])
+    for suffix in (".npz", ".json"):
+        back = BandTable.load(js.save(tmp_path / f"js{suffix}"))
+        assert isinstance(back.lower, SplitBound) and isinstance(back.upper, SplitBound)
+        for got, ref in zip(back.log(log_p), js.log(log_p), strict=True):
+            np.testing.assert_array_equal(got, ref)
+    ref = js.log(log_p, backend="numpy")
+    for got, want in zip(js.log(log_p, backend="numba"), ref, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
+
+
+def test_alpha_with_a_power_law_threshold_builds():
+    """α = 0.7: r ~ λ^(1/0.7) at the lower threshold (refused before the split); γ is the exponent."""
+    table = BandTable.shipped("alpha(0.7)", 0.1)
+    assert table.lower.kind == SPLIT_LOWER and abs(table.lower.gamma - 1 / 0.7) < 0.01
+    L = _near_threshold(table.lower.threshold, "lower")
+    exact = reference_band_log("alpha(0.7)", -L, 0.1)[0]
+    assert rel_log_error(table.log(-L)[0], exact).max() <= table.max_rel_error
+
+
+@pytest.fixture(scope="module")
+def jeffreys() -> BandTable:
+    return BandTable.build(Divergence.from_expression("(u - 1)*log(u)"), 0.05)
+
+
+def test_user_generator_with_logarithmic_tails(jeffreys):
+    """(u - 1) log u: log r_lo -> 0 like 1/log(1/L) as p -> 1 and log r_up ~ L - log L as p -> 0, neither
+    reachable by an end value or an end tangent; both are tail modes fitted to the oracle."""
+    assert 0 < jeffreys.max_rel_error <= 1e-7
+    assert jeffreys.lower.left_tail is not None and jeffreys.upper.right_tail is not None
+    L = np.array([0.0, 5e-324, 1e-315, 2.0**-1022, 1e-250, 2.0**-121, 1e-30, 1e-3, 0.7, 30.0, 400.0, 679.0, 690.0,
+                  1500.0, 2e3])  # fmt: skip
+    exact = reference_band_log(jeffreys.divergence, -L, 0.05)
+    for approx, ref in zip(jeffreys.log(-L), exact, strict=True):
+        assert rel_log_error(approx, ref).max() <= jeffreys.max_rel_error
+    assert jeffreys.recertify(1, seed=5) <= jeffreys.max_rel_error  # one random point per cell, and the tails
