@@ -1,8 +1,8 @@
 """The tables shipped in the package (``bandcore/tables/data``): their specification, regeneration, freshness.
 
 The shipped set (:data:`SHIPPED`) is 1-D tables at δ ∈ {0.01, 0.02, 0.05, 0.1, 0.2} for every catalogue
-divergence the evaluation kernel can tabulate (:data:`SHIPPED_NAMES`; see :mod:`bandcore.tables.shape` for
-why js and reverse_kl cannot be), α = ½ and α = −1 of the α-family, and a 2-D KL table over δ ∈ [0.01, 0.2],
+divergence (:data:`SHIPPED_NAMES`; js and reverse_kl split at their singular saturation threshold, see
+:mod:`bandcore.tables.threshold`), α = ½, 0.7 and −1 of the α-family, and a 2-D KL table over δ ∈ [0.01, 0.2],
 all at target 1e-7, all ``.npz``, listed with
 sizes, certified errors and checksums in ``manifest.json``.  :func:`regenerate` rebuilds them; a build depends
 on its inputs only (no clock, no thread count: ``tests/test_tables_determinism.py``), so regenerating
@@ -26,11 +26,13 @@ from .formats import FORMAT_VERSION, SHIPPED_DIR, read_table, shipped_name
 from .grid2d import THRESHOLD, lobatto
 from .pieces import pieces
 from .table import BandTable
+from .threshold import SplitBound, threshold_dd
 
 __all__ = ["MANIFEST", "SHIPPED", "SHIPPED_DELTAS", "SHIPPED_DIR", "SHIPPED_NAMES", "check_shipped", "regenerate"]
 
 #: the divergences shipped as 1-D tables at every delta of :data:`SHIPPED_DELTAS`
-SHIPPED_NAMES = ("kl", "tv", "pearson", "neyman", "hellinger", "lecam", "alpha(0.5)", "alpha(-1)")
+SHIPPED_NAMES = ("kl", "tv", "pearson", "neyman", "hellinger", "lecam", "alpha(0.5)", "alpha(-1)", "js",
+                 "reverse_kl", "alpha(0.7)")  # fmt: skip
 #: the standard delta grid
 SHIPPED_DELTAS = (0.01, 0.02, 0.05, 0.1, 0.2)
 #: (divergence, delta or (lo, hi), target) of every shipped table.
@@ -95,6 +97,11 @@ def _recompute_1d(table: BandTable, k: int, seed: int) -> float:
     parts = pieces(div)
     worst = 0.0
     for index, bound in ((0, table.lower), (1, table.upper)):
+        if isinstance(bound, SplitBound):  # the far part; the near part's threshold is recomputed
+            side = "upper" if index else "lower"
+            _, star_lo, _ = threshold_dd(div, table.delta, side, bound.star_hi)
+            worst = max(worst, abs(star_lo - bound.star_lo) / np.spacing(bound.star_hi))
+            bound = bound.far
         idx = _sample_knots(len(bound.knots), k, seed + index)
         L = bound.knots[idx]
         y = np.asarray(solve(-L, div, table.delta)[index], dtype=np.float64)

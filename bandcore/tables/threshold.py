@@ -81,7 +81,9 @@ def threshold_dd(div: Divergence, delta: float, side: str, b: float) -> tuple[mp
         star = (inside + out) / 2
         lo = float(star - mp.mpf(b))
     lam0 = (b - outside) + lo if side == "lower" else (outside - b) - lo
-    return star, lo, float(lam0)
+    # L* can be the neighbour itself (reverse KL's upper threshold is L* = delta, a float): lambda_0 = 0 there;
+    # the near grid then starts 30 octaves below the spacing of b (u ~ lambda is negligible at that float)
+    return star, lo, float(max(lam0, np.spacing(b) * 2.0**-30))
 
 
 def near_exact(div: Divergence, delta: float, side: str, L_points, guess: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
