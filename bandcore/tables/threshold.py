@@ -110,7 +110,7 @@ def near_exact(div: Divergence, delta: float, side: str, L_points, guess: np.nda
             def h(t, g=g):
                 return g(t) - delta_mp
 
-            t0 = mp.mpf(float(t0)) if math.isfinite(t0) else mp.mpf(-40)
+            t0 = mp.mpf(float(t0)) if math.isfinite(t0) and -745 < t0 <= 0 else mp.mpf(-60)  # the bracket widens
             step = mp.mpf(1)
             lo, hi = t0 - step, min(t0 + step, mp.mpf(0) if side == "lower" else mp.mpf(-1e-30))
             for _ in range(12):
