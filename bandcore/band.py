@@ -75,10 +75,6 @@ def _pick(backend: str, on_accelerator: bool, size: int) -> str:
     return "numba" if size >= AUTO_NUMBA_MIN_SIZE else "numpy"
 
 
-def _entry(module: Any, div: Divergence):
-    return getattr(module, module.ENTRY_POINTS[backends.solver_kind(div)])
-
-
 def _numpy_bounds(x: np.ndarray, div: Divergence, delta: float, backend: str, check: bool, ratios: bool):
     """(lower, upper, status) for an ndarray, outputs in the input's float dtype."""
     dtype = x.dtype if x.dtype in (np.float32, np.float64) else np.dtype(np.float64)
@@ -99,8 +95,9 @@ def _numpy_bounds(x: np.ndarray, div: Divergence, delta: float, backend: str, ch
         lower, upper, status = _torch_bounds(torch.from_numpy(lp), div, delta, ratios)
         return lower.numpy().astype(dtype), upper.numpy().astype(dtype), status.numpy()
     with np.errstate(all="ignore"):
-        lower, upper, status = _entry(backends.solver_module("numpy", div), div)(
-            lp, delta, backends.lower_at_one(div, delta), backends.seed(div, delta).numpy_arrays()
+        lower, upper, status = backends.solve_arrays(
+            backends.solver_module("numpy", div), backends.solver_kind(div), lp.reshape(-1), delta,
+            backends.lower_at_one(div, delta), backends.seed(div, delta).numpy_arrays(),
         )
         lower, upper = (np.exp(lower), np.exp(upper)) if ratios else (lower, upper)
     shape = lp.shape
@@ -121,13 +118,13 @@ def torch_function(divergence: Any, delta: float, device: Any = "cpu"):
     import torch
 
     div, delta = resolve(divergence), check_delta(delta)
-    solve = _entry(backends.solver_module("torch", div), div)
+    module, kind = backends.solver_module("torch", div), backends.solver_kind(div)
     at_one = backends.lower_at_one(div, delta)
     seed = backends.torch_seed(div, delta, str(torch.device(device)))
 
     def kernel(old_log_prob):
-        lower, upper, status = solve(old_log_prob, delta, at_one, seed)
-        return lower, upper, status
+        lower, upper, status = backends.solve_arrays(module, kind, old_log_prob.reshape(-1), delta, at_one, seed)
+        return lower.reshape(old_log_prob.shape), upper.reshape(old_log_prob.shape), status.reshape(old_log_prob.shape)
 
     return kernel
 

@@ -32,6 +32,7 @@ Rules of the rewriting (each one for a numerical reason):
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -71,21 +72,20 @@ class SideFunction:
     at_infinity: float | None = None  # r side only: limit u -> oo (where ``far`` is NaN at u = inf)
 
     def math_source(self) -> str:
-        """Python source (module ``math``) of ``name(x, L, u)``, with the branch switches; Numba compiles it."""
+        """Python source of ``name(x, L, u)`` for the Numba backend's generated module: every branch computed and
+        chosen by ``xp.where`` (a select, so a compiler can vectorise the caller's loop), exp/log/sqrt from
+        ``xp`` (the generated module's scalar namespace), any other function from ``math``."""
         lines = [f"def {self.name}(x, L, u):"]
-        if self.taylor is not None:
-            lines.append(f"    if abs(x) < {TAYLOR_RADIUS!r}:")
-            lines.append(f"        return {_pycode(self.taylor)}")
+        lines += _cse_lines(self.closed, "c_", indent=4, result="value")
         if self.far is not None:
-            lines.append(f"    if x > {FAR_X!r}:")
-            lines.append("        t = 1.0 / u")
-            lines.append("        y = 1.0 - t")
-            lines += _cse_lines(self.far, "f_", indent=8)[:-1]
-            lines.append(f"        value = {_pycode(_cse_reduced(self.far))}")
-            lines.append("        if math.isnan(value) and u == math.inf:  # e.g. 0*log(inf): take the limit")
-            lines.append(f"            return {_float_literal(self.at_infinity)}")
-            lines.append("        return value")
-        lines += _cse_lines(self.closed, "c_", indent=4)
+            lines += ["    t = 1.0 / u", "    y = 1.0 - t"]
+            lines += _cse_lines(self.far, "f_", indent=4, result="far")
+            lines.append(f"    far = xp.where(xp.logical_and(xp.isnan(far), u == xp.inf), "
+                         f"{_float_literal(self.at_infinity)}, far)  # e.g. 0*log(inf): the limit")
+            lines.append(f"    value = xp.where(x > {FAR_X!r}, far, value)")
+        if self.taylor is not None:
+            lines.append(f"    value = xp.where(xp.abs(x) < {TAYLOR_RADIUS!r}, {_pycode(self.taylor)}, value)")
+        lines.append("    return value")
         return "\n".join(lines) + "\n"
 
 
@@ -93,18 +93,18 @@ def _float_literal(value: float) -> str:
     return "math.inf" if value == float("inf") else repr(value)
 
 
-def _cse_reduced(expr: sp.Expr) -> sp.Expr:
-    return sp.cse(expr, symbols=sp.numbered_symbols("f_"))[1][0]
-
-
-def _cse_lines(expr: sp.Expr, prefix: str, indent: int) -> list[str]:
+def _cse_lines(expr: sp.Expr, prefix: str, indent: int, result: str) -> list[str]:
     pad = " " * indent
     subs, (reduced,) = sp.cse(expr, symbols=sp.numbered_symbols(prefix))
-    return [f"{pad}{sym} = {_pycode(value)}" for sym, value in subs] + [f"{pad}return {_pycode(reduced)}"]
+    return [f"{pad}{sym} = {_pycode(value)}" for sym, value in subs] + [f"{pad}{result} = {_pycode(reduced)}"]
+
+
+#: functions the generated Numba module takes from its ``xp`` namespace (vectorisable there), not from ``math``
+_XP_FUNCTIONS = re.compile(r"\bmath\.(exp|expm1|log|log1p|sqrt)\(")
 
 
 def _pycode(expr: sp.Expr) -> str:
-    return sp.pycode(expr, fully_qualified_modules=True, standard="python3")
+    return _XP_FUNCTIONS.sub(r"xp.\1(", sp.pycode(expr, fully_qualified_modules=True, standard="python3"))
 
 
 @dataclass(frozen=True)

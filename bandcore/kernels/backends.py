@@ -3,13 +3,15 @@ r"""Binding the one solver source (:mod:`.solvers`) to a backend, with caches ke
 * **numpy** / **torch**: a fresh instance of the :mod:`.solvers` module whose ``xp`` is :data:`.ops.numpy_ops`
   or :func:`.ops.torch_ops` and whose per-divergence globals (``phi_r dphi_r f_s k_s``, ``F_AT_ZERO``,
   ``SLOPE_AT_INFINITY``, ``F2``, ``KINK``) come from :mod:`bandcore.derive.kernel_functions`.
-* **numba**: a generated module — the source of :mod:`.solvers` with ``xp`` bound to :mod:`.numba_ops`
-  (:mod:`.numba_fast_ops` for the closed forms, whose exp/log are written out so LLVM vectorises them), the
-  divergence's functions as ``math`` code, every function wrapped in ``njit(cache=True)``, and one parallel
-  driver that reads the input in its own dtype, clamps (0, tol] to 0, counts values above, and writes the
-  (optionally exponentiated) bounds in the output dtype.  It is written once to the cache directory
-  (``$BANDCORE_CACHE`` or ``~/.cache/bandcore``, named by a hash of its code), so Numba caches the machine
-  code on disk.
+* **numba**: a generated module — the source of :mod:`.solvers` and :mod:`.lookup` with ``xp`` bound to
+  :mod:`.numba_fast_ops` (exp/log written out, every select computed, so LLVM vectorises them), the
+  divergence's functions as select-form code, every function force-inlined at LLVM level (cheap to compile,
+  unlike Numba's IR inlining), and drivers that solve blocks of ``BLOCK`` tokens: the seeds (table gathers)
+  in one loop, the branch-free pass in a second, vectorised one, then the safeguarded solver for the tokens
+  that pass left (:data:`.solvers.POLISHED`).  The drivers read the input in its own dtype, clamp (0, tol]
+  to 0, count values above, and write the (optionally exponentiated) bounds in the output dtype.  The module
+  is written once to the cache directory (``$BANDCORE_CACHE`` or ``~/.cache/bandcore``, named by a hash of
+  its code), so Numba caches the machine code on disk.
 
 Which solver: KL by its generator (any spelling of −log u + c(u − 1)), TV and Pearson likewise, every other
 divergence the generic safeguarded Newton.  Only the generic solver needs SymPy (its functions are generated
@@ -35,8 +37,8 @@ from .binding import generated_source, instance, load_generated
 from .grid import KernelBound
 from .seeds import NO_SEED, seed_table
 
-__all__ = ["lower_at_one", "numba_module", "run_lookup", "run_lookup_torch", "run_numba", "seed", "solver_kind",
-           "solver_module", "torch_seed"]
+__all__ = ["lower_at_one", "numba_module", "run_lookup", "run_lookup_torch", "run_numba", "seed", "solve_arrays",
+           "solver_kind", "solver_module", "torch_seed"]
 
 _NORMALISED = {"kl": "-log(u)", "tv": "abs(u - 1)/2", "pearson": "(u - 1)**2"}
 
@@ -98,6 +100,34 @@ def torch_seed(divergence: Divergence, delta: float, device: str, kind: str | No
     return seed(divergence, delta, kind).torch_arrays(device)
 
 
+def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple) -> tuple:
+    """(log r_lo, log r_up, status) of a 1-D NumPy array or torch tensor with ``module`` (a :func:`solver_module`).
+
+    The seeded kinds run their branch-free polished pass (:data:`.solvers.POLISHED`) on every token and the
+    safeguarded solver on the tokens it marked NOT_CONVERGED: only those where selecting them costs no host
+    synchronisation (NumPy, torch on the CPU outside ``torch.compile``), else on every token, merged by a select.
+    """
+    solve = getattr(module, module.ENTRY_POINTS[kind])
+    if kind not in module.POLISHED:
+        return solve(lp, delta, at_one, seed)
+    xp = module.xp
+    lower, upper, status = getattr(module, module.POLISHED[kind])(lp, delta, at_one, *module.seed_pair(lp, seed))
+    redo = status == module.NOT_CONVERGED
+    if isinstance(lp, np.ndarray) or (lp.device.type == "cpu" and not _compiling()):
+        if bool(redo.any()):
+            lower, upper, status = lower + 0.0, upper + 0.0, status + 0.0  # own copies, written below
+            lower[redo], upper[redo], status[redo] = solve(lp[redo], delta, at_one, seed)
+        return lower, upper, status
+    lower_again, upper_again, status_again = solve(lp, delta, at_one, seed)
+    return xp.where(redo, lower_again, lower), xp.where(redo, upper_again, upper), xp.where(redo, status_again, status)
+
+
+def _compiling() -> bool:
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
 @lru_cache(maxsize=512)
 def lower_at_one(divergence: Divergence, delta: float) -> float:
     r"""log r_lo at p = 1 (perspective convention :math:`0\cdot\tilde f(x/0) = x\sigma_\infty`).
@@ -137,36 +167,79 @@ def lower_at_one(divergence: Divergence, delta: float) -> float:
 # Numba: the generated module
 # ------------------------------------------------------------------------------------------------------------
 
-#: Solve token i with SOLVER and store it (one body for both passes of the driver).
+#: Solve token i with SOLVER(..., ARGS) and store it (one body for every pass of the drivers).
 _TOKEN = '''lp = np.float64(old_log_prob[i])
 lp = 0.0 if lp > 0.0 and lp <= TOL else lp
-lo, up, st = SOLVER(lp, delta, lower_at_one, seed)
+lo, up, st = SOLVER(lp, delta, lower_at_one, ARGS)
 if ratios:
     lo = xp.exp(lo)
     up = xp.exp(up)
 lower[i] = lo
 upper[i] = up
 status[i] = np.int8(st)'''
+#: The same for the vectorised loop of a block: from and into the block's own buffers (so the compiler's
+#: checks that the loop's loads and stores cannot overlap always pass), copied out afterwards.
+_BLOCK_TOKEN = '''lp = lp_buf[j]
+lo, up, st = SOLVER(lp, delta, lower_at_one, ARGS)
+if ratios:
+    lo = xp.exp(lo)
+    up = xp.exp(up)
+lo_buf[j] = lo
+up_buf[j] = up
+st_buf[j] = st'''
+#: One block of tokens [first, last): the closed forms in one branch-free loop; the seeded solvers with their
+#: seeds (table gathers, which LLVM does not vectorise) in one loop and the branch-free polished pass in a second
+#: (vectorised).  A function of its own, called by both drivers: Numba's parallel passes never see its body.
+_BLOCK = '''
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def solve_block(old_log_prob, first, last, delta, lower_at_one, ratios, lower, upper, status, seed):
+    size = last - first
+    lp_buf = np.empty(BLOCK)
+    lo_buf = np.empty(BLOCK)
+    up_buf = np.empty(BLOCK)
+    st_buf = np.empty(BLOCK)
+    for j in range(size):
+        lp = np.float64(old_log_prob[first + j])
+        lp_buf[j] = 0.0 if lp > 0.0 and lp <= TOL else lp
+{seeds}
+    for j in range(size):
+{solve}
+    for j in range(size):
+        lower[first + j] = lo_buf[j]
+        upper[first + j] = up_buf[j]
+        status[first + j] = np.int8(st_buf[j])
+'''
+_SEEDS = '''    w_up = np.empty(BLOCK)
+    w_lo = np.empty(BLOCK)
+    for j in range(size):
+        w_up[j], w_lo[j] = seed_pair(lp_buf[j], seed)'''
+_FALLBACK = '''    for i in {range}(n):
+        if status[i] == np.int8(NOT_CONVERGED):
+{solve}'''
+#: Count values above TOL, solve every block, then the tokens the polished pass marked NOT_CONVERGED again
+#: with the safeguarded solver (seeded kinds only).
 _DRIVER = '''
 
 @njit(cache=True, parallel={parallel}, fastmath=FASTMATH, error_model="numpy")
 def band_kernel{suffix}(old_log_prob, delta, lower_at_one, ratios, lower, upper, status, seed):
-    """One pass: clamp (0, TOL] to 0, count values above TOL, bounds in float64, store in the output dtype;
-    then the tokens the first pass marked NOT_CONVERGED again with the fallback solver (if any)."""
+    """Clamp (0, TOL] to 0 and count values above TOL; bounds in float64, stored in the output dtype."""
+    n = old_log_prob.size
     above = 0
-    for i in {range}(old_log_prob.size):
+    for i in {range}(n):
         above += old_log_prob[i] > TOL
-{first}
-    if {fallback_enabled}:
-        for i in {range}(old_log_prob.size):
-            if status[i] == np.int8(NOT_CONVERGED):
-{second}
+    for block in {range}((n + BLOCK - 1) // BLOCK):
+        solve_block(old_log_prob, block * BLOCK, min(block * BLOCK + BLOCK, n), delta, lower_at_one, ratios,
+                    lower, upper, status, seed)
+{fallback}
     return above
 '''
+#: Tokens per block (its buffers stay in L1).
+BLOCK = 256
 
 
-def _token(solver: str, indent: int) -> str:
-    return textwrap.indent(_TOKEN.replace("SOLVER", solver), " " * indent)
+def _token(solver: str, args: str, indent: int, template: str = _TOKEN) -> str:
+    return textwrap.indent(template.replace("SOLVER", solver).replace("ARGS", args), " " * indent)
 
 
 #: Below this many tokens the drivers run serially: waking a thread pool costs more than the work.
@@ -180,23 +253,31 @@ def _drivers(template: str, **names: str) -> str:
 
 
 def _numba_source(divergence: Divergence, kind: str) -> str:
-    # KL, TV and Pearson are branch-free: their selects stay, exp/log are written out and everything is
-    # inlined, so LLVM vectorises the loop (KL: the seeded Halley step; tokens without a seed take a second,
-    # scalar pass); the generic Newton's loop is data-dependent, so its selects become branches instead
-    vector = kind != "generic"
-    lines = [f"TOL = {LOG_P_TOLERANCE!r}"]
+    # Branch-free code (every select computed, exp/log written out in numba_fast_ops, everything inlined) so that
+    # LLVM vectorises the closed forms and the seeded passes; only the fallback's loop is data-dependent
+    lines = [f"TOL = {LOG_P_TOLERANCE!r}", f"BLOCK = {BLOCK}"]
     if kind == "generic":
         from ..derive.kernel_functions import generator_functions
 
         gf = generator_functions(divergence)
         lines += [f"{name} = {_literal(value)}" for name, value in _constants(divergence).items()]
         for fn in gf.functions:
-            lines += ["@njit(cache=True, fastmath=FASTMATH, error_model='numpy')", fn.math_source()]
-    entry = _reference.ENTRY_POINTS["kl_polished" if kind == "kl" else kind]
-    fallback = _reference.ENTRY_POINTS[kind]
-    drivers = _drivers(_DRIVER, first=_token(entry, 8), second=_token(fallback, 16), fallback_enabled=str(kind == "kl"))
-    return generated_source([(lookup, not vector), (_reference, not vector)],
-                            "numba_fast_ops" if vector else "numba_ops", lines, drivers, inline=vector)  # fmt: skip
+            lines += ["@njit(cache=True, fastmath=FASTMATH, error_model='numpy', forceinline=True)", fn.math_source()]
+    solve = _reference.ENTRY_POINTS[kind]
+    if kind in _reference.POLISHED:
+        polished = _token(_reference.POLISHED[kind], "w_up[j], w_lo[j]", 8, _BLOCK_TOKEN)
+        block = _BLOCK.format(seeds=_SEEDS, solve=polished)
+        fallback = _FALLBACK.replace("{solve}", _token(solve, "seed", 12))
+    else:
+        block, fallback = _BLOCK.format(seeds="", solve=_token(solve, "seed", 8, _BLOCK_TOKEN)), ""
+    drivers = block + _drivers(_DRIVER.replace("{fallback}", fallback))
+    return generated_source([(lookup, False), (_reference, False)], "numba_fast_ops", lines, drivers, inline=True,
+                            outlined=_OUTLINED)  # fmt: skip
+
+
+#: The safeguarded solvers stay calls in the generated module: their iteration loops do not vectorise, and
+#: inlining them would only cost compile time
+_OUTLINED = ("generic_bounds", "upper_root", "kl_bounds", "kl_upper_root")
 
 
 def _literal(value: float) -> str:

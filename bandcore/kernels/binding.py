@@ -82,10 +82,11 @@ def _body(module: ModuleType, lazy: bool) -> tuple[str, list[str]]:
 
 
 def generated_source(parts: list[tuple[ModuleType, bool]], ops: str, extra: list[str], driver: str, *,
-                     inline: bool = False) -> str:
+                     inline: bool = False, outlined: tuple[str, ...] = ()) -> str:
     """The Numba module: each ``(module, lazy_selects)`` part, ``extra`` lines (constants, generated functions),
-    every part's function jitted (``inline``: inlined into the driver at Numba IR level, so LLVM sees one loop
-    body it can vectorise), then ``driver`` (which may use ``FASTMATH``)."""
+    every part's function jitted (``inline``: marked ``alwaysinline`` for LLVM — Numba's ``forceinline`` — so
+    LLVM sees one loop body it can vectorise; Numba's own IR inlining would take minutes on these call trees;
+    the functions named in ``outlined`` stay calls), then ``driver`` (which may use ``FASTMATH``)."""
     # Numba's cache keys on this file only: name the ops sources it inlines, so changing them renames the module
     digest = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in _ops_modules(ops))).hexdigest()[:16]
     header = [f"# ops: {ops} {digest}", "import math", "import numpy as np", "from numba import njit, prange",
@@ -95,9 +96,9 @@ def generated_source(parts: list[tuple[ModuleType, bool]], ops: str, extra: list
         body, names = _body(module, lazy)
         bodies.append(body)
         functions += names
-    options = 'cache=True, fastmath=FASTMATH, error_model="numpy"' + (', inline="always"' if inline else "")
-    jit = f"njit({options})"
-    jitted = [f"{name} = {jit}({name})" for name in functions]
+    options = 'cache=True, fastmath=FASTMATH, error_model="numpy"'
+    inlined = f"njit({options}, forceinline=True)" if inline else f"njit({options})"
+    jitted = [f"{name} = {f'njit({options})' if name in outlined else inlined}({name})" for name in functions]
     return "\n".join([*header, *bodies, *extra, *jitted, driver])
 
 

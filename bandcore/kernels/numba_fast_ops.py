@@ -1,6 +1,6 @@
 """The :mod:`.numba_ops` names with exp, expm1, log and log1p written out (range reduction + Taylor / atanh
 series, <= 2 ulp, every branch a select) so that LLVM vectorises a loop over them; libm calls would not
-vectorise and cost 4-5x more.  Used by the closed-form solvers on the Numba backend."""
+vectorise and cost 4-5x more.  Every generated solver module of the Numba backend uses them."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from .numba_ops import (  # noqa: F401 - re-exported ops names
     inf,
     isfinite,
     isnan,
-    logaddexp,
     logical_and,
     logical_not,
     logical_or,
@@ -29,7 +28,7 @@ from .numba_ops import (  # noqa: F401 - re-exported ops names
 from .numba_ops import bits_float as _as_float
 from .numba_ops import float_bits as _as_int
 
-_JIT = dict(cache=True, inline="always", error_model="numpy", fastmath={"nsz", "arcp", "contract"})
+_JIT = dict(cache=True, forceinline=True, error_model="numpy", fastmath={"nsz", "arcp", "contract"})
 LN2_HI = 6.93147180369123816490e-01  # ln 2 = LN2_HI + LN2_LO, LN2_HI with 32 trailing zero bits
 LN2_LO = 1.90821492927058770002e-10
 INV_LN2 = 1.4426950408889634
@@ -162,3 +161,11 @@ def log1p(x):
     u = 1.0 + x
     correction = (x - (u - 1.0)) / u
     return log(u) + (correction if u < math.inf else 0.0)  # log1p(inf) = inf, not inf + NaN
+
+
+@njit(**_JIT)
+def logaddexp(a, b):
+    """log(e^a + e^b) = max + log1p(e^-|a - b|); exact at infinite ends (a - b would be NaN there)."""
+    m = a if a > b else b
+    value = m + log1p(exp(-math.fabs(a - b)))
+    return m if math.isinf(m) else value

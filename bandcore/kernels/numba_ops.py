@@ -17,7 +17,7 @@ expm1 = math.expm1
 sqrt = math.sqrt
 isfinite = math.isfinite
 isnan = math.isnan
-_JIT = dict(cache=True, inline="always", error_model="numpy")
+_JIT = dict(cache=True, forceinline=True, error_model="numpy")
 
 
 @njit(**_JIT)

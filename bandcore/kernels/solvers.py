@@ -35,6 +35,14 @@ Halley/Newton from an outer start (the smallest of :math:`q - p \le \sqrt{\delta
 (p\log p - \delta)/(1-p)`) decreases monotonically to the root: ``KL_STEPS`` = 4 steps reach the oracle to
 ~4e-14 over log p ∈ [-1e4, 0), δ ∈ [1e-8, 10].
 
+**Seeded passes** (:data:`POLISHED`: :func:`kl_polished_bounds`, :func:`generic_polished_bounds`).  Each root
+starts from its seed table (:mod:`.seeds`, within ~1e-10 of the root away from thresholds; :func:`seed_pair`)
+and is finished by one Halley (KL) or Newton (generic) step, with no branch, so that a compiler vectorises the
+pass; log r and log s are carried from the evaluated point to the root by their Taylor expansions, so each
+root costs one evaluation.  A token the pass cannot finish to the contract (no seed, a Newton step above
+``POLISH_STEP``, p or 1 - p below e^-700) gets status NOT_CONVERGED, and the backend solves it again with
+the safeguarded solver (:data:`ENTRY_POINTS`).
+
 **Closed forms** (:func:`tv_bounds`, :func:`pearson_bounds`): :math:`r = 1 \pm \delta/p` and
 :math:`r = 1 \pm \sqrt{\delta(1-p)/p}`, written in logarithms so nothing overflows for any finite log p.
 
@@ -60,6 +68,9 @@ MAX_ITERATIONS = 96
 STEP_TOLERANCE = 1e-10
 #: Newton steps below this (relative) skip the choice of model: all agree to second order there.
 NEAR = 1e-6
+#: The seeded pass finishes a root whose one Newton step is at most this (relative): its error is then below
+#: ~1e-16 * d G''/G'
+POLISH_STEP = 1e-8
 #: Upper end of the offset bracket before any evaluation.
 D_MAX = 1e308
 #: The start is capped at logit q = 40 (q = 1 - 4e-18).
@@ -97,14 +108,15 @@ def _regular(lp):
 # ------------------------------------------------------------------------------------------------------------
 
 
-def cells(lp, lq, p, pc, d):
-    """(x_r, log r, r, x_s, log s, s, q) at offset d, every quantity without cancellation."""
+def cells(lp, lq, p, pc, d, logs=True):
+    """(x_r, log r, r, x_s, log s, s, q) at offset d, every quantity without cancellation (``logs=False``: only
+    for p >= e^-700, the far-tail branches dropped)."""
     den = p + xp.exp(-d) / -xp.expm1(-d)  # (1 + pE)/E = p + 1/E, 1/E = e^-d/(1 - e^-d): no overflow
     x_r = pc / den  # r - 1 = (1-p)E/(1+pE)
     x_s = -p / den  # s - 1 = -pE/(1+pE)
     b = lp + d
     a = xp.logaddexp(lq, b)  # log(1 + pE) = log((1-p) + p e^d)
-    tiny = lp < LOG_P_TINY  # p (near-)subnormal: build r, s and q from logarithms
+    tiny = lp < (LOG_P_TINY if logs else -xp.inf)  # p (near-)subnormal: build r, s and q from logarithms
     # log r = d - a, without forming lp + d - lp when d >> |lp|
     log_r_tiny = xp.where(b > lq, -lp - xp.log1p(xp.exp(lq - b)), d - lq - xp.log1p(xp.exp(b - lq)))
     x_r = xp.where(tiny, xp.expm1(log_r_tiny), x_r)
@@ -114,20 +126,20 @@ def cells(lp, lq, p, pc, d):
     log_s = xp.where(far, -a, xp.log1p(x_s))  # log s = -log(1+pE)
     r = 1.0 + x_r
     s = xp.where(far, xp.exp(log_s), 1.0 + x_s)
-    q = xp.where(lp < LOG_P_TINY, xp.exp(lp + log_r), p * r)  # q = p r
+    q = xp.where(tiny, xp.exp(lp + log_r), p * r)  # q = p r
     return x_r, log_r, r, x_s, log_s, s, q
 
 
-def g_and_slope(lp, lq, p, pc, d):
-    """(G(d), G'(d), log r, log s, q)."""
-    x_r, log_r, r, x_s, log_s, s, q = cells(lp, lq, p, pc, d)
+def g_and_slope(lp, lq, p, pc, d, logs=True):
+    """(G(d), G'(d), log r, log s, q) (``logs``: as in :func:`cells`)."""
+    x_r, log_r, r, x_s, log_s, s, q = cells(lp, lq, p, pc, d, logs)
     # 1 - p < e^-700: (1-p) f(s) = exp(log(1-p) + log f(s)), as f(s) may overflow where the product does not;
     # s f'(s) <= 0 on the s side, so (1-p) s f'(s) = -exp(log(1-p) + log|s f'(s)|)
-    tail = lq < (LOG_P_TINY if F_AT_ZERO == xp.inf else -xp.inf)  # f(s) can overflow only if f(0) = inf
+    tail = lq < (LOG_P_TINY if logs and F_AT_ZERO == xp.inf else -xp.inf)  # f(s) can overflow only if f(0) = inf
     rest_f = xp.where(tail, xp.exp(lq + log_f_s(x_s, log_s, s)), pc * f_s(x_s, log_s, s))
     rest_k = xp.where(tail, -xp.exp(lq + log_k_s(x_s, log_s, s)), pc * k_s(x_s, log_s, s))
     # p < e^-700 and r > 2: q Phi(r) and q (1-q) f'(r) from logarithms (Phi(r) may overflow, the product not)
-    far = xp.logical_and(lp < (LOG_P_TINY if SLOPE_AT_INFINITY == xp.inf else -xp.inf), x_r > 1.0)  # superlinear
+    far = xp.logical_and(lp < (LOG_P_TINY if logs and SLOPE_AT_INFINITY == xp.inf else -xp.inf), x_r > 1.0)
     log_q = lp + log_r
     head = xp.where(far, xp.exp(log_q + log_phi_r(x_r, log_r, r)), q * phi_r(x_r, log_r, r))  # p f(r) = q Phi(r)
     lead = xp.where(
@@ -262,6 +274,46 @@ def seed_offset(L, seed):
     return xp.logaddexp(0.0, -seed_log_w(L, seed))
 
 
+def seed_pair(lp, seed):
+    """(log w at the upper root, log w at the lower root) of each token from its seed table (NaN: no seed); the
+    lower root is the upper root of the mirror token 1 - p."""
+    lps, lq = _regular(lp)
+    return seed_log_w(-lps, seed), seed_log_w(-lq, seed)
+
+
+def polished_root(lp, lq, p, pc, delta, log_w):
+    """(log r, log s, saturated, finished) at the upper root from its seed log w by one Newton step, with no
+    branch (a compiler vectorises it).  Finished where the root saturates, or where the step is below
+    POLISH_STEP relative and G = delta to 1e-6 (the seed errs by ~1e-10, so the step's own error is ~1e-20);
+    tokens not finished are left to :func:`upper_root`."""
+    saturated = g_at_infinity(lp, lq, pc) <= delta
+    d = xp.logaddexp(0.0, -log_w)
+    g, slope, log_r, log_s, q = g_and_slope(lp, lq, p, pc, d, False)
+    shift = (delta - g) / slope
+    regular = xp.logical_and(lp >= LOG_P_TINY, lq >= LOG_P_TINY)
+    small = xp.logical_and(xp.abs(shift) <= POLISH_STEP * d, xp.abs(g - delta) <= 1e-6 * delta)
+    finished = xp.logical_or(saturated, xp.logical_and(regular, xp.logical_and(small, xp.isfinite(log_w))))
+    one_minus_q = pc * xp.exp(log_s)
+    half_square = 0.5 * (q * one_minus_q * shift) * shift
+    return log_r + one_minus_q * shift - half_square, log_s - q * shift - half_square, saturated, finished
+
+
+def generic_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo):
+    """:func:`generic_bounds` with each root finished by :func:`polished_root` from its seed; status
+    NOT_CONVERGED marks the tokens it could not finish (no seed, a rough seed next to a threshold, p or 1 - p
+    below e^-700): the caller solves those with :func:`generic_bounds`."""
+    lps, lq = _regular(lp)
+    p = xp.exp(lps)
+    pc = xp.exp(lq)
+    log_r, _, up_saturated, up_done = polished_root(lps, lq, p, pc, delta, log_w_up)
+    _, log_s, lo_saturated, lo_done = polished_root(lq, lps, pc, p, delta, log_w_lo)
+    upper = xp.where(up_saturated, -lps, xp.minimum(log_r, -lps))
+    lower = xp.where(lo_saturated, -xp.inf, log_s)
+    status = xp.where(xp.logical_or(up_saturated, lo_saturated), SATURATED, CONVERGED)
+    lower, upper, status = finish(lp, lower, upper, status, lower_at_one)
+    return lower, upper, _mark_unseeded(lp, xp.logical_and(up_done, lo_done), status)
+
+
 def generic_bounds(lp, delta, lower_at_one, seed):
     """(log r_lo, log r_up, status) of the Band for any generator (module docstring)."""
     lps, lq = _regular(lp)
@@ -365,22 +417,25 @@ def kl_polish(lp, p, pc, log_w, delta):
     return log_r + one_minus_q * shift - half_square, log_s - q * shift - half_square
 
 
-def kl_polished_bounds(lp, delta, lower_at_one, seed):
-    """:func:`kl_bounds` with each root started from the δ's seed table and finished by one Halley step,
-    branch-free so that a compiler vectorises it; status NOT_CONVERGED marks a token a root of which has no
+def kl_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo):
+    """:func:`kl_bounds` with each root started from its seed (:func:`seed_pair`) and finished by one Halley
+    step, branch-free so that a compiler vectorises it; status NOT_CONVERGED marks a token a root of which has no
     seed (p below e^-704 or above 1 - 1e-12): the caller solves those with :func:`kl_bounds`."""
     lps, lq = _regular(lp)
     p = xp.exp(lps)
     pc = xp.exp(lq)
-    log_w_up = seed_log_w(-lps, seed)
-    log_w_lo = seed_log_w(-lq, seed)  # mirror: the upper root of the token 1 - p
     seeded = xp.logical_and(xp.logical_and(xp.isfinite(log_w_up), lps >= LOG_P_TINY),
                             xp.logical_and(xp.isfinite(log_w_lo), lq >= LOG_P_TINY))  # fmt: skip
     log_r = kl_polish(lps, p, pc, log_w_up, delta)[0]
     log_s = kl_polish(lq, pc, p, log_w_lo, delta)[1]
     lower, upper, status = _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one)
-    special = xp.logical_not(xp.logical_and(lp < 0.0, lp > -xp.inf))  # NaN, p = 1, p = 0: set by finish
-    return lower, upper, xp.where(xp.logical_or(seeded, special), status, NOT_CONVERGED)
+    return lower, upper, _mark_unseeded(lp, seeded, status)
+
+
+def _mark_unseeded(lp, seeded, status):
+    """NOT_CONVERGED where a polished pass could not finish a regular token (NaN, p = 1, p = 0 are final)."""
+    special = xp.logical_not(xp.logical_and(lp < 0.0, lp > -xp.inf))
+    return xp.where(xp.logical_or(seeded, special), status, NOT_CONVERGED)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -426,5 +481,7 @@ def pearson_bounds(lp, delta, lower_at_one, seed):
 
 
 #: kind -> bounds function name (the entry points of a bound instance)
-ENTRY_POINTS = {"generic": "generic_bounds", "kl": "kl_bounds", "tv": "tv_bounds", "pearson": "pearson_bounds",
-                "kl_polished": "kl_polished_bounds"}
+ENTRY_POINTS = {"generic": "generic_bounds", "kl": "kl_bounds", "tv": "tv_bounds", "pearson": "pearson_bounds"}
+#: kind -> the branch-free seeded pass run before ENTRY_POINTS[kind] (which then solves only the tokens it marks
+#: NOT_CONVERGED); the closed forms have none
+POLISHED = {"generic": "generic_polished_bounds", "kl": "kl_polished_bounds"}
