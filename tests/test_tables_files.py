@@ -101,7 +101,8 @@ def test_shipped_tables_are_fresh_and_small():
     for entry in manifest["tables"]:
         size = (SHIPPED_DIR / entry["file"]).stat().st_size
         assert size == entry["bytes"]
-        assert size < (80_000 if entry["table"] == "2d" else 30_000)  # Hellinger at 0.02: 1,421 knots, 25 KB
+        # Hellinger at 0.02: 1,421 knots, 25 KB; reverse_kl at 0.01: 2,495 knots (its left grid runs to 2^-1022), 43 KB
+        assert size < (80_000 if entry["table"] == "2d" else 50_000)
 
 
 def test_stale_table_is_detected(tmp_path):

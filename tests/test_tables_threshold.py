@@ -90,3 +90,12 @@ def test_user_generator_with_logarithmic_tails(jeffreys):
     for approx, ref in zip(jeffreys.log(-L), exact, strict=True):
         assert rel_log_error(approx, ref).max() <= jeffreys.max_rel_error
     assert jeffreys.recertify(1, seed=5) <= jeffreys.max_rel_error  # one random point per cell, and the tails
+
+
+def test_split_build_reproduces_the_shipped_bytes(tmp_path):
+    """The 50-digit solves and the float64 solver are deterministic: a fresh build is the shipped file, byte for
+    byte (the shipped one was built in another process, by `bandcore table regenerate`)."""
+    from bandcore.tables.formats import SHIPPED_DIR, shipped_name
+
+    path = BandTable.build("js", 0.2).save(tmp_path / "js.npz")
+    assert path.read_bytes() == (SHIPPED_DIR / shipped_name("js", 0.2)).read_bytes()
