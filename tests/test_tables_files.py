@@ -12,6 +12,7 @@ import pytest
 from bandcore import BandTable
 from bandcore.cli import main
 from bandcore.tables.formats import SHIPPED_DIR, SUFFIXES, TableFileError, checksum
+from bandcore.tables.limits import MAX_OCTAVES
 from bandcore.tables.shipped import SHIPPED, check_shipped
 
 LOG_P = np.concatenate([-np.logspace(-12, 2.8, 300), [0.0, -1e-300, -700.0]])
@@ -181,13 +182,14 @@ def _huge_levels(path):
 
 
 HOSTILE = [
-    ("too many members", lambda p: _npz(p, {f"lower_knots{i}.npy": b"" for i in range(12)}), "more than a table holds"),
+    ("too many members", lambda p: _npz(p, {f"lower_knots{i}.npy": b"" for i in range(20)}), "more than a table holds"),
     ("unexpected member", _with("upper_slopes.npy", **{"x.pkl": b"\x80\x04junk"}), "unexpected member 'x.pkl'"),
     ("unexpected array", _with("upper_slopes.npy", **{"up.npy": _npy(np.zeros(3))}), "unexpected member 'up.npy'"),
     ("no metadata", lambda p: _npz(p, {"lower_knots.npy": _npy(np.zeros(3))}), "no metadata member"),
     ("too many knots", _with(**{"lower_knots.npy": _npy(np.arange(1.0, 30_002.0))}), "above the limit"),
     ("values longer than knots", _with(**{"lower_values.npy": _npy(np.zeros(5000))}), "above the limit"),
-    ("too many levels", _with(**{"upper_levels.npy": _npy(np.zeros(200))}), "above the limit of 130"),
+    ("too many levels", _with(**{"upper_levels.npy": _npy(np.zeros(MAX_OCTAVES + 70))}),
+     f"above the limit of {MAX_OCTAVES}"),
     ("decompression bomb", _with(**{"lower_slopes.npy": _npy(np.zeros(4_000_000))}), "declares"),
     ("metadata bomb", _with(**{"__metadata__.npy": _npy(np.zeros(3 << 20, dtype=np.uint8))}), "declares"),
     ("header claims a huge shape", _huge_header, "has shape (1000000000,)"),
