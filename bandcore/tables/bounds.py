@@ -55,7 +55,7 @@ LEFT_TAIL = np.array([2.0**-121, 2.0**-200, 1e-300, 5e-324, 0.0])
 RIGHT_TAIL = np.array([690.0, 700.0, 1e3])
 #: the same for a bound with a logarithmic left tail (grid down to L_MIN_LOG) or right tail
 LEFT_TAIL_LOG = np.concatenate([LEFT_TAIL, [2.0**-1023, 1e-310, 1e-320]])
-RIGHT_TAIL_LOG = np.array([690.0, 700.0, 1e3, 1e4, 1e6])
+RIGHT_TAIL_LOG = np.array([690.0, 700.0, 1e3, 2e3])
 #: where the grid of a bound with a logarithmic left tail starts (the smallest normal float64)
 L_MIN_LOG = 2.0**-1022
 METHOD = "cubic Hermite in L = -log(p) on octave cells, slopes by implicit differentiation of g_f"
@@ -340,11 +340,11 @@ def with_tails(bound: TabulatedBound, div, delta, index, left_log: bool, right_l
 
 
 def right_tail_fit(div, delta, b: float, y_b: float) -> tuple[float, float]:
-    """(K, nu) with y + log(y + nu) = L + K through (b, y_b) and the oracle at L = 1e4: the upper bound of a
+    """(K, nu) with y + log(y + nu) = L + K through (b, y_b) and the oracle at L = 2000: the upper bound of a
     generator growing like k u log u + m u solves y - L + log(k y + m) = log(delta) + o(1), so nu = m/k."""
     from ..oracle import reference_band_log
 
-    L_s = 1e4
+    L_s = 2e3
     y_s = float(reference_band_log(div, -np.array([L_s]), delta)[1][0])
     nu = 0.0
     for _ in range(50):  # Newton on phi(nu) = 0, phi increasing (y_s > y_b)
