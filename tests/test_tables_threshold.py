@@ -92,6 +92,7 @@ def test_user_generator_with_logarithmic_tails(jeffreys):
     assert jeffreys.recertify(1, seed=5) <= jeffreys.max_rel_error  # one random point per cell, and the tails
 
 
+@pytest.mark.slow  # 15 s; determinism is also covered fast by test_tables_determinism and check-shipped
 def test_split_build_reproduces_the_shipped_bytes(tmp_path):
     """The 50-digit solves and the float64 solver are deterministic: a fresh build is the shipped file, byte for
     byte (the shipped one was built in another process, by `bandcore table regenerate`)."""
