@@ -46,6 +46,7 @@ import numpy as np
 
 from ._contract import (
     LOG_P_TOLERANCE,
+    Status,
     above_tolerance_error,
     check_backend,
     check_delta,
@@ -110,40 +111,59 @@ def torch_function(divergence: Any, delta: float, device: Any = "cpu"):
     and tensors on ``device``.
 
     Everything symbolic (and the seed table) is resolved here, so the function holds only torch ops: pass it
-    to ``torch.compile``.  On an accelerator, or while compiling, the generic solver runs its full iteration
-    count with no host synchronisation; on the CPU (where a check costs no synchronisation) it stops once
-    every token has converged.  Input conventions as :func:`band_log` with ``check=False`` (values in
-    (0, tol] must already be clamped to 0).
+    to ``torch.compile``.  On an accelerator, or while compiling, the safeguarded solver behind the seeded pass
+    runs on every token for its full iteration count, with no host synchronisation; on the CPU (where a check
+    costs no synchronisation) it runs only on the tokens the seeded pass left, and stops once they converge.
+    Input conventions as :func:`band_log` with ``check=False`` (values in (0, tol] must already be clamped to 0).
     """
-    import torch
-
-    div, delta = resolve(divergence), check_delta(delta)
-    module, kind = backends.solver_module("torch", div), backends.solver_kind(div)
-    at_one = backends.lower_at_one(div, delta)
-    seed = backends.torch_seed(div, delta, str(torch.device(device)))
+    solve = _torch_solver(resolve(divergence), check_delta(delta), device)
 
     def kernel(old_log_prob):
-        lower, upper, status = backends.solve_arrays(module, kind, old_log_prob.reshape(-1), delta, at_one, seed)
+        lower, upper, status = solve(old_log_prob.reshape(-1))
         return lower.reshape(old_log_prob.shape), upper.reshape(old_log_prob.shape), status.reshape(old_log_prob.shape)
 
     return kernel
 
 
-def _torch_bounds(lp, div: Divergence, delta: float, ratios: bool):
-    """(lower, upper, status) in float64 / int8 on lp's device, solved in chunks (no host synchronisation)."""
+def _torch_solver(div: Divergence, delta: float, device: Any):
+    """``solve(flat_lp, fallback=True)``: :func:`backends.solve_arrays` bound to (div, δ) and ``device``."""
     import torch
 
-    kernel = torch_function(div, delta, lp.device)
+    module, kind = backends.solver_module("torch", div), backends.solver_kind(div)
+    at_one = backends.lower_at_one(div, delta)
+    seed = backends.torch_seed(div, delta, str(torch.device(device)))
+
+    def solve(flat, fallback=True):
+        return backends.solve_arrays(module, kind, flat, delta, at_one, seed, fallback=fallback)
+
+    return solve
+
+
+def _torch_bounds(lp, div: Divergence, delta: float, ratios: bool):
+    """(lower, upper, status) in float64 / int8 on lp's device, solved in chunks (no host synchronisation).
+
+    Where selecting tokens is free (the CPU), the chunks run the seeded pass only and the safeguarded solver
+    then runs once on every token it left, so its iteration overhead is paid once per call, not per chunk."""
+    import torch
+
+    solve = _torch_solver(div, delta, lp.device)
     chunk = TORCH_CHUNK.get(lp.device.type, TORCH_CHUNK_ACCELERATOR)
     flat = lp.reshape(-1)
+    later = backends.can_select(flat)
     lower = torch.empty(flat.shape, dtype=torch.float64, device=flat.device)
     upper = torch.empty_like(lower)
     status = torch.empty(flat.shape, dtype=torch.int8, device=flat.device)
     for start in range(0, flat.numel(), chunk):  # a loop over chunks, never over tokens
-        lo, up, st = kernel(flat[start : start + chunk])
-        lower[start : start + chunk] = lo.exp() if ratios else lo
-        upper[start : start + chunk] = up.exp() if ratios else up
-        status[start : start + chunk] = st.to(torch.int8)
+        part = slice(start, start + chunk)
+        lower[part], upper[part], status[part] = solve(flat[part], fallback=not later)
+    if later:
+        redo = (status == int(Status.NOT_CONVERGED)).nonzero().reshape(-1)
+        for start in range(0, redo.numel(), chunk):
+            index = redo[start : start + chunk]
+            lo, up, st = solve(flat[index])
+            lower[index], upper[index], status[index] = lo, up, st.to(torch.int8)
+    if ratios:
+        lower, upper = lower.exp(), upper.exp()
     return lower.reshape(lp.shape), upper.reshape(lp.shape), status.reshape(lp.shape)
 
 

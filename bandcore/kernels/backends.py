@@ -37,8 +37,8 @@ from .binding import generated_source, instance, load_generated
 from .grid import KernelBound
 from .seeds import NO_SEED, seed_table
 
-__all__ = ["lower_at_one", "numba_module", "run_lookup", "run_lookup_torch", "run_numba", "seed", "solve_arrays",
-           "solver_kind", "solver_module", "torch_seed"]
+__all__ = ["can_select", "lower_at_one", "numba_module", "run_lookup", "run_lookup_torch", "run_numba", "seed",
+           "solve_arrays", "solver_kind", "solver_module", "torch_seed"]
 
 _NORMALISED = {"kl": "-log(u)", "tv": "abs(u - 1)/2", "pearson": "(u - 1)**2"}
 
@@ -100,26 +100,36 @@ def torch_seed(divergence: Divergence, delta: float, device: str, kind: str | No
     return seed(divergence, delta, kind).torch_arrays(device)
 
 
-def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple) -> tuple:
+def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple, *,
+                 fallback: bool = True) -> tuple:
     """(log r_lo, log r_up, status) of a 1-D NumPy array or torch tensor with ``module`` (a :func:`solver_module`).
 
     The seeded kinds run their branch-free polished pass (:data:`.solvers.POLISHED`) on every token and the
     safeguarded solver on the tokens it marked NOT_CONVERGED: only those where selecting them costs no host
     synchronisation (NumPy, torch on the CPU outside ``torch.compile``), else on every token, merged by a select.
+    ``fallback=False`` stops after the polished pass (the caller then solves the marked tokens itself).
     """
     solve = getattr(module, module.ENTRY_POINTS[kind])
     if kind not in module.POLISHED:
         return solve(lp, delta, at_one, seed)
     xp = module.xp
     lower, upper, status = getattr(module, module.POLISHED[kind])(lp, delta, at_one, *module.seed_pair(lp, seed))
+    if not fallback:
+        return lower, upper, status
     redo = status == module.NOT_CONVERGED
-    if isinstance(lp, np.ndarray) or (lp.device.type == "cpu" and not _compiling()):
+    if can_select(lp):
         if bool(redo.any()):
             lower, upper, status = lower + 0.0, upper + 0.0, status + 0.0  # own copies, written below
             lower[redo], upper[redo], status[redo] = solve(lp[redo], delta, at_one, seed)
         return lower, upper, status
     lower_again, upper_again, status_again = solve(lp, delta, at_one, seed)
     return xp.where(redo, lower_again, lower), xp.where(redo, upper_again, upper), xp.where(redo, status_again, status)
+
+
+def can_select(array: Any) -> bool:
+    """Whether selecting elements of ``array`` by a mask costs no host synchronisation: a NumPy array, or a CPU
+    tensor outside ``torch.compile``."""
+    return isinstance(array, np.ndarray) or (array.device.type == "cpu" and not _compiling())
 
 
 def _compiling() -> bool:

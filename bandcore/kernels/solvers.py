@@ -116,35 +116,43 @@ def cells(lp, lq, p, pc, d, logs=True):
     x_s = -p / den  # s - 1 = -pE/(1+pE)
     b = lp + d
     a = xp.logaddexp(lq, b)  # log(1 + pE) = log((1-p) + p e^d)
-    tiny = lp < (LOG_P_TINY if logs else -xp.inf)  # p (near-)subnormal: build r, s and q from logarithms
-    # log r = d - a, without forming lp + d - lp when d >> |lp|
-    log_r_tiny = xp.where(b > lq, -lp - xp.log1p(xp.exp(lq - b)), d - lq - xp.log1p(xp.exp(b - lq)))
-    x_r = xp.where(tiny, xp.expm1(log_r_tiny), x_r)
-    x_s = xp.where(tiny, xp.expm1(-a), x_s)
-    log_r = xp.where(tiny, log_r_tiny, xp.log1p(x_r))
+    log_r = xp.log1p(x_r)
+    q = p * (1.0 + x_r)  # q = p r
+    if logs:
+        tiny = lp < LOG_P_TINY  # p (near-)subnormal: build r, s and q from logarithms
+        # log r = d - a, without forming lp + d - lp when d >> |lp|
+        log_r_tiny = xp.where(b > lq, -lp - xp.log1p(xp.exp(lq - b)), d - lq - xp.log1p(xp.exp(b - lq)))
+        log_r = xp.where(tiny, log_r_tiny, log_r)
+        x_r = xp.where(tiny, xp.expm1(log_r_tiny), x_r)
+        x_s = xp.where(tiny, xp.expm1(-a), x_s)
+        q = xp.where(tiny, xp.exp(lp + log_r), q)
     far = x_s < -0.5
     log_s = xp.where(far, -a, xp.log1p(x_s))  # log s = -log(1+pE)
     r = 1.0 + x_r
     s = xp.where(far, xp.exp(log_s), 1.0 + x_s)
-    q = xp.where(tiny, xp.exp(lp + log_r), p * r)  # q = p r
     return x_r, log_r, r, x_s, log_s, s, q
 
 
 def g_and_slope(lp, lq, p, pc, d, logs=True):
     """(G(d), G'(d), log r, log s, q) (``logs``: as in :func:`cells`)."""
     x_r, log_r, r, x_s, log_s, s, q = cells(lp, lq, p, pc, d, logs)
-    # 1 - p < e^-700: (1-p) f(s) = exp(log(1-p) + log f(s)), as f(s) may overflow where the product does not;
-    # s f'(s) <= 0 on the s side, so (1-p) s f'(s) = -exp(log(1-p) + log|s f'(s)|)
-    tail = lq < (LOG_P_TINY if logs and F_AT_ZERO == xp.inf else -xp.inf)  # f(s) can overflow only if f(0) = inf
-    rest_f = xp.where(tail, xp.exp(lq + log_f_s(x_s, log_s, s)), pc * f_s(x_s, log_s, s))
-    rest_k = xp.where(tail, -xp.exp(lq + log_k_s(x_s, log_s, s)), pc * k_s(x_s, log_s, s))
-    # p < e^-700 and r > 2: q Phi(r) and q (1-q) f'(r) from logarithms (Phi(r) may overflow, the product not)
-    far = xp.logical_and(lp < (LOG_P_TINY if logs and SLOPE_AT_INFINITY == xp.inf else -xp.inf), x_r > 1.0)
-    log_q = lp + log_r
-    head = xp.where(far, xp.exp(log_q + log_phi_r(x_r, log_r, r)), q * phi_r(x_r, log_r, r))  # p f(r) = q Phi(r)
-    lead = xp.where(
-        far, xp.exp(log_q + lq + log_s + log_dphi_r(x_r, log_r, r)), q * pc * s * dphi_r(x_r, log_r, r)
-    )  # q (1 - q) f'(r), 1 - q = (1-p) s
+    rest_f = pc * f_s(x_s, log_s, s)
+    rest_k = pc * k_s(x_s, log_s, s)
+    head = q * phi_r(x_r, log_r, r)  # p f(r) = q Phi(r)
+    lead = q * pc * s * dphi_r(x_r, log_r, r)  # q (1 - q) f'(r), 1 - q = (1-p) s
+    if logs and F_AT_ZERO == xp.inf:
+        # 1 - p < e^-700: (1-p) f(s) = exp(log(1-p) + log f(s)), as f(s) may overflow where the product does
+        # not; s f'(s) <= 0 on the s side, so (1-p) s f'(s) = -exp(log(1-p) + log|s f'(s)|)
+        tail = lq < LOG_P_TINY
+        rest_f = xp.where(tail, xp.exp(lq + log_f_s(x_s, log_s, s)), rest_f)
+        rest_k = xp.where(tail, -xp.exp(lq + log_k_s(x_s, log_s, s)), rest_k)
+    if logs and SLOPE_AT_INFINITY == xp.inf:
+        # p < e^-700 and r > 2 (superlinear f): q Phi(r) and q (1-q) f'(r) from logarithms (Phi(r) may
+        # overflow, the product not)
+        far = xp.logical_and(lp < LOG_P_TINY, x_r > 1.0)
+        log_q = lp + log_r
+        head = xp.where(far, xp.exp(log_q + log_phi_r(x_r, log_r, r)), head)
+        lead = xp.where(far, xp.exp(log_q + lq + log_s + log_dphi_r(x_r, log_r, r)), lead)
     return head + rest_f, lead - q * rest_k, log_r, log_s, q
 
 
