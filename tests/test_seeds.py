@@ -150,3 +150,47 @@ def test_table_lookup_is_one_source_on_every_backend(name):
             # Numba contracts the Horner steps into FMAs: an ulp in F = log(-log r), times F ~ 120 after the exp
             np.testing.assert_allclose(got, ref, rtol=1e-13, atol=0)
             np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+
+
+@pytest.mark.parametrize("name", ["kl", "hellinger", "js", "reverse_kl", "alpha(0.5)", "lecam", *USER])
+def test_polished_pass_finishes_most_tokens_and_agrees_with_the_safeguarded_solver(name):
+    """The branch-free seeded pass (one Halley/Newton step per root) is the fast path: on LLM-like tokens it must
+    finish almost every token itself (else the speed comes from nowhere), and what it finishes must agree with
+    the safeguarded solver to the last bits; the rest is marked NOT_CONVERGED, never a silent value."""
+    div = bc.resolve(name)
+    kind = backends.solver_kind(div)
+    module = backends.solver_module("numpy", div)
+    delta = 0.05
+    lp = llm_like_log_probs(20_000, 1).astype(np.float64)
+    lp = np.concatenate([lp, [0.0, -np.inf, np.nan, -750.0, -1e-14]])
+    seed = backends.seed(div, delta).numpy_arrays()
+    at_one = backends.lower_at_one(div, delta)
+    with np.errstate(all="ignore"):
+        lower, upper, status = getattr(module, module.POLISHED[kind])(lp, delta, at_one, *module.seed_pair(lp, seed))
+        full_lower, full_upper, full_status = getattr(module, module.ENTRY_POINTS[kind])(lp, delta, at_one, seed)
+    finished = status != module.NOT_CONVERGED
+    assert finished[:20_000].mean() >= 0.97, f"{name}: the seeded pass finished only {finished[:20_000].mean():.3f}"
+    assert not finished[-2]  # below e^-700: no seed, left to the safeguarded solver
+    np.testing.assert_array_equal(status[finished], full_status[finished])
+    for mine, full in ((lower, full_lower), (upper, full_upper)):
+        scale = np.maximum(1.0, np.abs(np.where(np.isfinite(full), full, 1.0)))
+        both = finished & np.isfinite(full)
+        assert np.all(np.isfinite(mine[both]))
+        assert np.max(np.abs(mine[both] - full[both]) / scale[both]) <= 1e-13
+        np.testing.assert_array_equal(np.isnan(mine[finished]), np.isnan(full[finished]))
+        np.testing.assert_array_equal(np.isneginf(mine[finished]), np.isneginf(full[finished]))
+
+
+@pytest.mark.parametrize("name", ["kl", "hellinger"])
+def test_torch_fallback_runs_once_per_call_and_matches_numpy(name):
+    """band_log on a CPU tensor (chunks run the seeded pass, the safeguarded solver runs once on what they left)
+    equals the NumPy path: status bit for bit, values within the contract (torch's and NumPy's exp/log differ by
+    an ulp, which the ill-conditioned bounds next to a threshold amplify), across several chunks."""
+    torch = pytest.importorskip("torch")
+    lp = llm_like_log_probs(150_000, 2).astype(np.float64)
+    lp[::997] = -750.0  # some tokens every chunk must leave to the safeguarded solver
+    lo_t, up_t, st_t = bc.band_log(torch.from_numpy(lp), name, 0.05, backend="torch", return_status=True)
+    lo_n, up_n, st_n = bc.band_log(lp, name, 0.05, backend="numpy", return_status=True)
+    np.testing.assert_array_equal(st_t.numpy(), st_n)
+    np.testing.assert_allclose(lo_t.numpy(), lo_n, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(up_t.numpy(), up_n, rtol=1e-12, atol=1e-12)
