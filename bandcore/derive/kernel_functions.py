@@ -148,7 +148,8 @@ class GeneratorFunctions:
                 self.log_dphi_r)
 
     def math_source(self) -> str:
-        """Source of the four scalar functions (``math`` module), for the Numba backend's generated module."""
+        """Source of the scalar functions (select form, see :meth:`SideFunction.math_source`) for the Numba
+        backend's generated module."""
         return "\n\n".join(fn.math_source() for fn in self.functions)
 
     def key(self) -> str:

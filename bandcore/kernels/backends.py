@@ -177,29 +177,20 @@ def lower_at_one(divergence: Divergence, delta: float) -> float:
 # Numba: the generated module
 # ------------------------------------------------------------------------------------------------------------
 
-#: Solve token i with SOLVER(..., ARGS) and store it (one body for every pass of the drivers).
-_TOKEN = '''lp = np.float64(old_log_prob[i])
-lp = 0.0 if lp > 0.0 and lp <= TOL else lp
-lo, up, st = SOLVER(lp, delta, lower_at_one, ARGS)
+#: Solve one token (log p in ``lp``) with SOLVER(..., ARGS) and store it at INDEX of the arrays LOWER, UPPER,
+#: STATUS (one body for every pass of the drivers).
+_TOKEN = '''lo, up, st = SOLVER(lp, delta, lower_at_one, ARGS)
 if ratios:
     lo = xp.exp(lo)
     up = xp.exp(up)
-lower[i] = lo
-upper[i] = up
-status[i] = np.int8(st)'''
-#: The same for the vectorised loop of a block: from and into the block's own buffers (so the compiler's
-#: checks that the loop's loads and stores cannot overlap always pass), copied out afterwards.
-_BLOCK_TOKEN = '''lp = lp_buf[j]
-lo, up, st = SOLVER(lp, delta, lower_at_one, ARGS)
-if ratios:
-    lo = xp.exp(lo)
-    up = xp.exp(up)
-lo_buf[j] = lo
-up_buf[j] = up
-st_buf[j] = st'''
+LOWER[INDEX] = lo
+UPPER[INDEX] = up
+STATUS[INDEX] = np.int8(st)'''
 #: One block of tokens [first, last): the closed forms in one branch-free loop; the seeded solvers with their
 #: seeds (table gathers, which LLVM does not vectorise) in one loop and the branch-free polished pass in a second
-#: (vectorised).  A function of its own, called by both drivers: Numba's parallel passes never see its body.
+#: (vectorised), from and into the block's own buffers (so the compiler's checks that the loop's loads and
+#: stores cannot overlap always pass), copied out afterwards.  A function of its own, called by both drivers:
+#: Numba's parallel passes never see its body.
 _BLOCK = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
@@ -208,17 +199,18 @@ def solve_block(old_log_prob, first, last, delta, lower_at_one, ratios, lower, u
     lp_buf = np.empty(BLOCK)
     lo_buf = np.empty(BLOCK)
     up_buf = np.empty(BLOCK)
-    st_buf = np.empty(BLOCK)
+    st_buf = np.empty(BLOCK, dtype=np.int8)
     for j in range(size):
         lp = np.float64(old_log_prob[first + j])
         lp_buf[j] = 0.0 if lp > 0.0 and lp <= TOL else lp
 {seeds}
     for j in range(size):
+        lp = lp_buf[j]
 {solve}
     for j in range(size):
         lower[first + j] = lo_buf[j]
         upper[first + j] = up_buf[j]
-        status[first + j] = np.int8(st_buf[j])
+        status[first + j] = st_buf[j]
 '''
 _SEEDS = '''    w_up = np.empty(BLOCK)
     w_lo = np.empty(BLOCK)
@@ -226,6 +218,8 @@ _SEEDS = '''    w_up = np.empty(BLOCK)
         w_up[j], w_lo[j] = seed_pair(lp_buf[j], seed)'''
 _FALLBACK = '''    for i in {range}(n):
         if status[i] == np.int8(NOT_CONVERGED):
+            lp = np.float64(old_log_prob[i])
+            lp = 0.0 if lp > 0.0 and lp <= TOL else lp
 {solve}'''
 #: Count values above TOL, solve every block, then the tokens the polished pass marked NOT_CONVERGED again
 #: with the safeguarded solver (seeded kinds only).
@@ -248,8 +242,13 @@ def band_kernel{suffix}(old_log_prob, delta, lower_at_one, ratios, lower, upper,
 BLOCK = 256
 
 
-def _token(solver: str, args: str, indent: int, template: str = _TOKEN) -> str:
-    return textwrap.indent(template.replace("SOLVER", solver).replace("ARGS", args), " " * indent)
+def _token(solver: str, args: str, indent: int, *, block: bool) -> str:
+    """:data:`_TOKEN` for ``solver``: into the block's buffers at ``j`` or into the outputs at ``i``."""
+    arrays = ("lo_buf", "up_buf", "st_buf", "j") if block else ("lower", "upper", "status", "i")
+    body = _TOKEN.replace("SOLVER", solver).replace("ARGS", args)
+    for name, value in zip(("LOWER", "UPPER", "STATUS", "INDEX"), arrays, strict=True):
+        body = body.replace(name, value)
+    return textwrap.indent(body, " " * indent)
 
 
 #: Below this many tokens the drivers run serially: waking a thread pool costs more than the work.
@@ -275,11 +274,11 @@ def _numba_source(divergence: Divergence, kind: str) -> str:
             lines += ["@njit(cache=True, fastmath=FASTMATH, error_model='numpy', forceinline=True)", fn.math_source()]
     solve = _reference.ENTRY_POINTS[kind]
     if kind in _reference.POLISHED:
-        polished = _token(_reference.POLISHED[kind], "w_up[j], w_lo[j]", 8, _BLOCK_TOKEN)
+        polished = _token(_reference.POLISHED[kind], "w_up[j], w_lo[j]", 8, block=True)
         block = _BLOCK.format(seeds=_SEEDS, solve=polished)
-        fallback = _FALLBACK.replace("{solve}", _token(solve, "seed", 12))
+        fallback = _FALLBACK.replace("{solve}", _token(solve, "seed", 12, block=False))
     else:
-        block, fallback = _BLOCK.format(seeds="", solve=_token(solve, "seed", 8, _BLOCK_TOKEN)), ""
+        block, fallback = _BLOCK.format(seeds="", solve=_token(solve, "seed", 8, block=True)), ""
     drivers = block + _drivers(_DRIVER.replace("{fallback}", fallback))
     return generated_source([(lookup, False), (_reference, False)], "numba_fast_ops", lines, drivers, inline=True,
                             outlined=_OUTLINED)  # fmt: skip
