@@ -177,88 +177,106 @@ def lower_at_one(divergence: Divergence, delta: float) -> float:
 # Numba: the generated module
 # ------------------------------------------------------------------------------------------------------------
 
-#: Solve one token (log p in ``lp``) with SOLVER(..., ARGS) and store it at INDEX of the arrays LOWER, UPPER,
-#: STATUS (one body for every pass of the drivers).
+#: Solve one token (log p in ``lp``) with SOLVER(..., ARGS) and store OUT(bounds) at INDEX of the arrays LOWER,
+#: UPPER, STATUS (one body for every pass of the drivers).
 _TOKEN = '''lo, up, st = SOLVER(lp, delta, lower_at_one, ARGS)
-if ratios:
-    lo = xp.exp(lo)
-    up = xp.exp(up)
-LOWER[INDEX] = lo
-UPPER[INDEX] = up
+LOWER[INDEX] = OUT(lo)
+UPPER[INDEX] = OUT(up)
 STATUS[INDEX] = np.int8(st)'''
-#: One block of tokens [first, last): the closed forms in one branch-free loop; the seeded solvers with their
-#: seeds (table gathers, which LLVM does not vectorise) in one loop and the branch-free polished pass in a second
-#: (vectorised), from and into the block's own buffers (so the compiler's checks that the loop's loads and
-#: stores cannot overlap always pass), copied out afterwards.  A function of its own, called by both drivers:
+#: One block of tokens [first, last), read and written through views of the block (indices from 0, which LLVM
+#: knows to be non-negative: indexing ``array[first + j]`` keeps Numba's negative-index wraparound in the loop,
+#: which then does not vectorise): the closed forms in one branch-free loop; the seeded solvers with their seeds
+#: (table gathers, which LLVM does not vectorise) in one loop and the branch-free polished pass in a second,
+#: vectorised one.  Returns how many inputs are above TOL.  A function of its own, called by both drivers:
 #: Numba's parallel passes never see its body.
 _BLOCK = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def solve_block(old_log_prob, first, last, delta, lower_at_one, ratios, lower, upper, status, seed):
-    size = last - first
-    lp_buf = np.empty(BLOCK)
-    lo_buf = np.empty(BLOCK)
-    up_buf = np.empty(BLOCK)
-    st_buf = np.empty(BLOCK, dtype=np.int8)
-    for j in range(size):
-        lp = np.float64(old_log_prob[first + j])
-        lp_buf[j] = 0.0 if lp > 0.0 and lp <= TOL else lp
+def solve_block{output}(old_log_prob, first, last, delta, lower_at_one, lower, upper, status, seed):
+    log_p = old_log_prob[first:last]
+    lo_out = lower[first:last]
+    up_out = upper[first:last]
+    st_out = status[first:last]
 {seeds}
-    for j in range(size):
-        lp = lp_buf[j]
+    for j in range(log_p.size):
+        lp = clamped(log_p[j])
 {solve}
-    for j in range(size):
-        lower[first + j] = lo_buf[j]
-        upper[first + j] = up_buf[j]
-        status[first + j] = st_buf[j]
+    above = 0
+    for j in range(log_p.size):  # a loop of its own: in the one above, the count would slow it down by a third
+        above += log_p[j] > TOL
+    return above
+'''
+_CLAMPED = '''
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
+def clamped(value):
+    """log p as float64, with (0, TOL] clamped to 0."""
+    lp = np.float64(value)
+    return 0.0 if lp > 0.0 and lp <= TOL else lp
 '''
 _SEEDS = '''    w_up = np.empty(BLOCK)
     w_lo = np.empty(BLOCK)
-    for j in range(size):
-        w_up[j], w_lo[j] = seed_pair(lp_buf[j], seed)'''
+    for j in range(log_p.size):
+        w_up[j], w_lo[j] = seed_pair(clamped(log_p[j]), seed)'''
 _FALLBACK = '''    for i in {range}(n):
         if status[i] == np.int8(NOT_CONVERGED):
-            lp = np.float64(old_log_prob[i])
-            lp = 0.0 if lp > 0.0 and lp <= TOL else lp
+            lp = clamped(old_log_prob[i])
 {solve}'''
-#: Count values above TOL, solve every block, then the tokens the polished pass marked NOT_CONVERGED again
-#: with the safeguarded solver (seeded kinds only).
+#: Solve every block (counting the values above TOL), then the tokens the polished pass marked NOT_CONVERGED
+#: again with the safeguarded solver (seeded kinds only).
 _DRIVER = '''
 
 @njit(cache=True, parallel={parallel}, fastmath=FASTMATH, error_model="numpy")
-def band_kernel{suffix}(old_log_prob, delta, lower_at_one, ratios, lower, upper, status, seed):
+def band_kernel{output}{suffix}(old_log_prob, delta, lower_at_one, lower, upper, status, seed):
     """Clamp (0, TOL] to 0 and count values above TOL; bounds in float64, stored in the output dtype."""
     n = old_log_prob.size
     above = 0
-    for i in {range}(n):
-        above += old_log_prob[i] > TOL
     for block in {range}((n + BLOCK - 1) // BLOCK):
-        solve_block(old_log_prob, block * BLOCK, min(block * BLOCK + BLOCK, n), delta, lower_at_one, ratios,
-                    lower, upper, status, seed)
+        above += solve_block{output}(old_log_prob, block * BLOCK, min(block * BLOCK + BLOCK, n), delta,
+                                     lower_at_one, lower, upper, status, seed)
 {fallback}
     return above
 '''
-#: Tokens per block (its buffers stay in L1).
+#: Tokens per block (its seed buffers stay in L1).
 BLOCK = 256
+#: The drivers' outputs: suffix -> what is stored of a log bound.  Each output has its own drivers (a runtime
+#: flag would put exp into every vectorised loop, computed and discarded by a select); Numba compiles only
+#: those called.
+OUTPUTS = {"_log": "", "_ratio": "xp.exp"}
 
 
-def _token(solver: str, args: str, indent: int, *, block: bool) -> str:
-    """:data:`_TOKEN` for ``solver``: into the block's buffers at ``j`` or into the outputs at ``i``."""
-    arrays = ("lo_buf", "up_buf", "st_buf", "j") if block else ("lower", "upper", "status", "i")
-    body = _TOKEN.replace("SOLVER", solver).replace("ARGS", args)
+def _token(solver: str, args: str, indent: int, output: str, *, block: bool) -> str:
+    """:data:`_TOKEN` for ``solver``: into the block's views at ``j`` or into the outputs at ``i``."""
+    arrays = ("lo_out", "up_out", "st_out", "j") if block else ("lower", "upper", "status", "i")
+    body = _TOKEN.replace("SOLVER", solver).replace("ARGS", args).replace("OUT", OUTPUTS[output])
     for name, value in zip(("LOWER", "UPPER", "STATUS", "INDEX"), arrays, strict=True):
         body = body.replace(name, value)
     return textwrap.indent(body, " " * indent)
 
 
-#: Below this many tokens the drivers run serially: waking a thread pool costs more than the work.
-SERIAL_MAX = 32_768
+#: At most this many tokens the drivers run serially.  Measured on 2 cores (OpenMP layer): the parallel drivers
+#: are faster from 2,000 tokens on, also when called after an idle pause (10k TV tokens 76 µs vs 91 µs, KL
+#: 0.75 ms vs 1.1 ms, medians of calls 5 ms apart).
+SERIAL_MAX = 4_096
 
 
 def _drivers(template: str, **names: str) -> str:
     """A parallel driver (``prange``) and a serial one (suffix ``_serial``) from one template."""
     return "".join(template.format(parallel=parallel, suffix=suffix, range=loop, **names)
                    for parallel, suffix, loop in (("True", "", "prange"), ("False", "_serial", "range")))  # fmt: skip
+
+
+def _solver_drivers(kind: str, output: str) -> str:
+    """The block function and the two drivers of ``kind`` storing ``output`` (a key of :data:`OUTPUTS`)."""
+    solve = _reference.ENTRY_POINTS[kind]
+    if kind in _reference.POLISHED:
+        polished = _token(_reference.POLISHED[kind], "w_up[j], w_lo[j]", 8, output, block=True)
+        block = _BLOCK.format(output=output, seeds=_SEEDS, solve=polished)
+        fallback = _FALLBACK.replace("{solve}", _token(solve, "seed", 12, output, block=False))
+    else:
+        block = _BLOCK.format(output=output, seeds="", solve=_token(solve, "seed", 8, output, block=True))
+        fallback = ""
+    return block + _drivers(_DRIVER.replace("{fallback}", fallback).replace("{output}", output))
 
 
 def _numba_source(divergence: Divergence, kind: str) -> str:
@@ -272,14 +290,7 @@ def _numba_source(divergence: Divergence, kind: str) -> str:
         lines += [f"{name} = {_literal(value)}" for name, value in _constants(divergence).items()]
         for fn in gf.functions:
             lines += ["@njit(cache=True, fastmath=FASTMATH, error_model='numpy', forceinline=True)", fn.math_source()]
-    solve = _reference.ENTRY_POINTS[kind]
-    if kind in _reference.POLISHED:
-        polished = _token(_reference.POLISHED[kind], "w_up[j], w_lo[j]", 8, block=True)
-        block = _BLOCK.format(seeds=_SEEDS, solve=polished)
-        fallback = _FALLBACK.replace("{solve}", _token(solve, "seed", 12, block=False))
-    else:
-        block, fallback = _BLOCK.format(seeds="", solve=_token(solve, "seed", 8, block=True)), ""
-    drivers = block + _drivers(_DRIVER.replace("{fallback}", fallback))
+    drivers = _CLAMPED + "".join(_solver_drivers(kind, output) for output in OUTPUTS)
     return generated_source([(lookup, False), (_reference, False)], "numba_fast_ops", lines, drivers, inline=True,
                             outlined=_OUTLINED)  # fmt: skip
 
@@ -297,8 +308,9 @@ def _literal(value: float) -> str:
 def numba_module(divergence: Divergence, kind: str | None = None) -> ModuleType:
     """The generated, compiled module of ``divergence`` (cached per divergence; machine code cached on disk).
 
-    Its ``band_kernel(old_log_prob, delta, lower_at_one, ratios, lower, upper, status, seed)`` runs the solver of
-    ``kind`` (default :func:`solver_kind`).
+    Its ``band_kernel_log(old_log_prob, delta, lower_at_one, lower, upper, status, seed)`` runs the solver of
+    ``kind`` (default :func:`solver_kind`) and stores log bounds; ``band_kernel_ratio`` the ratios; both with a
+    ``_serial`` twin.
     """
     kind = kind or solver_kind(divergence)
     return load_generated(_numba_source(divergence, kind), f"bandcore_numba_{kind}")
@@ -313,8 +325,9 @@ def run_numba(divergence: Divergence, old_log_prob: np.ndarray, delta: float, *,
     lower = np.empty(flat.shape, dtype=dtype)
     upper = np.empty(flat.shape, dtype=dtype)
     status = np.empty(flat.shape, dtype=np.int8)
-    kernel = module.band_kernel if flat.size > SERIAL_MAX else module.band_kernel_serial
-    above = kernel(flat, float(delta), lower_at_one(divergence, float(delta)), bool(ratios), lower, upper, status,
+    name = "band_kernel_ratio" if ratios else "band_kernel_log"
+    kernel = getattr(module, name if flat.size > SERIAL_MAX else name + "_serial")
+    above = kernel(flat, float(delta), lower_at_one(divergence, float(delta)), lower, upper, status,
                    seed(divergence, float(delta)).arrays())
     shape = np.shape(old_log_prob)
     return lower.reshape(shape), upper.reshape(shape), status.reshape(shape), int(above)

@@ -89,11 +89,17 @@ def _taylor(x):
 
 
 @njit(**_JIT)
-def exp(x):
-    """exp(x): x = n ln2 + r, |r| <= ln2/2, Taylor (error 4e-18), times 2^n in two factors (subnormals)."""
+def _reduce(x):
+    """(n, r, xc): x clamped to [-746, 1000] as xc = n ln2 + r, |r| <= ln2/2 (ln2 in two parts: r is exact)."""
     xc = min(max(x, -746.0), 1000.0)
     n = math.floor(xc * INV_LN2 + 0.5)
-    r = (xc - n * LN2_HI) - n * LN2_LO
+    return n, (xc - n * LN2_HI) - n * LN2_LO, xc
+
+
+@njit(**_JIT)
+def exp(x):
+    """exp(x) = 2^n e^r, Taylor for e^r (error 4e-18), times 2^n in two factors (subnormals)."""
+    n, r, _ = _reduce(x)
     y = _taylor(r) + 1.0
     k = np.int64(n)
     h = k >> 1
@@ -103,8 +109,14 @@ def exp(x):
 
 @njit(**_JIT)
 def expm1(x):
-    """exp(x) - 1: the Taylor series for |x| < ln2/2 (no cancellation), else exp(x) - 1."""
-    return _taylor(x) if math.fabs(x) < 0.34657359027997264 else exp(x) - 1.0
+    """exp(x) - 1: the Taylor series for |x| < ln2/2 (no cancellation); for |n| <= 53 in the reduction of
+    :func:`exp`, 2^n expm1(r) + (2^n - 1) (each term exact up to one rounding, where exp(x) - 1 would lose two
+    bits); beyond, exp(x) - 1 (-1 or exp(x) up to rounding; also inf, NaN)."""
+    n, r, _ = _reduce(x)
+    scale = _as_float((np.int64(min(max(n, -60.0), 60.0)) + 1023) << 52)
+    mid = scale * _taylor(r) + (scale - 1.0)
+    far = mid if math.fabs(n) <= 53.0 else exp(x) - 1.0
+    return _taylor(x) if math.fabs(x) < 0.34657359027997264 else far
 
 
 @njit(**_JIT)
@@ -160,7 +172,7 @@ def log1p(x):
     """log(1 + x) = log(u) + (x - (u - 1))/u with u = fl(1 + x): the rounding of u compensated."""
     u = 1.0 + x
     correction = (x - (u - 1.0)) / u
-    return log(u) + (correction if u < math.inf else 0.0)  # log1p(inf) = inf, not inf + NaN
+    return log(u) + (correction if u > 0.0 and u < math.inf else 0.0)  # log1p(-1) = -inf, log1p(inf) = inf
 
 
 @njit(**_JIT)

@@ -452,18 +452,22 @@ def _mark_unseeded(lp, seeded, status):
 
 
 def tv_bounds(lp, delta, lower_at_one, seed):
-    """TV, g = p|r - 1|: r = 1 ± delta/p; upper saturates iff delta >= 1 - p, lower iff delta >= p."""
+    """TV, g = p|r - 1|: r = 1 ± delta/p; upper saturates iff p >= 1 - delta, lower iff p <= delta (compared as
+    log p with log(1 - delta) and log delta).  One exp and two logs per token."""
     lps = xp.minimum(lp, 0.0)
     p = xp.exp(lps)
-    pc = -xp.expm1(lps)  # 1 - p
+    log_delta = xp.log(delta)
     ratio = delta / p
-    # log(1 + delta/p); for delta/p > 1 as log(p + delta) - log p (delta/p overflows for tiny p)
-    upper = xp.where(ratio <= 1.0, xp.log1p(ratio), xp.log(p + delta) - lps)
-    upper_saturated = delta >= pc
+    # log(1 + delta/p); for delta/p > 1 as log(delta/p) + log1p(p/delta) (delta/p overflows for tiny p)
+    big = ratio > 1.0
+    upper = xp.log1p(xp.where(big, p / delta, ratio)) + xp.where(big, log_delta - lps, 0.0)
+    upper_saturated = lps >= (xp.log1p(-delta) if delta < 1.0 else -xp.inf)
     upper = xp.where(upper_saturated, -lps, upper)
-    # log(1 - delta/p); for delta/p > 1/2 as log((p - delta)/p), p - delta exact (Sterbenz)
-    lower = xp.where(ratio <= 0.5, xp.log1p(-ratio), xp.log((p - delta) / p))
-    lower_saturated = delta >= p
+    # log(1 - delta/p): log1p(-delta/p) up to delta/p = 1/2, beyond as log(p - delta) - log p (p - delta exact,
+    # Sterbenz); one log for both
+    small = ratio <= 0.5
+    lower = log_of_sum(small, 1.0, -ratio, p - delta, -lps)
+    lower_saturated = lps <= log_delta
     lower = xp.where(lower_saturated, -xp.inf, lower)
     status = xp.where(xp.logical_or(upper_saturated, lower_saturated), SATURATED, CONVERGED)
     return finish(lp, lower, upper, status, lower_at_one)
@@ -476,16 +480,24 @@ def pearson_bounds(lp, delta, lower_at_one, seed):
     p = xp.exp(lps)
     pc = -xp.expm1(lps)
     log_t = 0.5 * (xp.log(delta) + xp.log(pc) - lps)
-    t = xp.exp(xp.minimum(log_t, 700.0))
-    upper = xp.where(log_t > 0.0, log_t + xp.log1p(xp.exp(-log_t)), xp.log1p(t))  # log(1 + t)
+    v = xp.exp(-xp.abs(log_t))  # min(t, 1/t)
+    log1p_t = xp.maximum(log_t, 0.0) + xp.log1p(v)  # log(1 + t), no overflow
     upper_saturated = delta * p >= pc
-    upper = xp.where(upper_saturated, -lps, upper)
-    # log(1 - t); for t > 1/2: 1 - t = (p - delta (1-p)) / (p (1 + t))
-    lower = xp.where(t <= 0.5, xp.log1p(-t), xp.log((p - delta * pc) / (p * (1.0 + t))))
+    upper = xp.where(upper_saturated, -lps, log1p_t)
+    # log(1 - t): log1p(-t) up to t = 1/2 (where v = t); beyond, 1 - t = (p - delta(1-p)) / (p(1 + t)); one log
+    small = log_t <= -0.6931471805599453
+    lower = log_of_sum(small, 1.0, -v, p - delta * pc, -lps - log1p_t)
     lower_saturated = delta * pc >= p
     lower = xp.where(lower_saturated, -xp.inf, lower)
     status = xp.where(xp.logical_or(upper_saturated, lower_saturated), SATURATED, CONVERGED)
     return finish(lp, lower, upper, status, lower_at_one)
+
+
+def log_of_sum(first, a, b, other, offset):
+    """log(a + b) where ``first``, else log(other) + offset, with one log: a + b is rounded to u and its rounding
+    error a + b - u (exact when |a| >= |b|) restored to first order as (a - u + b)/u, as in log1p."""
+    u = xp.where(first, a + b, other)
+    return xp.log(u) + xp.where(first, ((a - u) + b) / u, offset)
 
 
 #: kind -> bounds function name (the entry points of a bound instance)
