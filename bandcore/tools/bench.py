@@ -212,17 +212,23 @@ def _setup(settings: dict[str, Any], oracle_points: int, bar: Any) -> tuple[dict
     }
     return report, inputs, points
 
+#: torch's grain: element-wise work on at most this many elements runs on one thread
+TORCH_GRAIN = 32_768
+
 
 def _thread_note(threads: int, sizes: tuple[int, ...]) -> str:
     note = (
         f"Numba, torch (published solver, torch backend), the table kernels and the torch/Numba copies are set to "
         f"{threads} thread(s); the NumPy backend and NumPy's copy are single-threaded"
     )
-    if threads > 1 and min(sizes) <= SERIAL_MAX:
-        note += (
-            f". At {SERIAL_MAX:,} tokens or fewer bandcore's Numba drivers run serially, and torch splits "
-            "element-wise work into chunks of 32,768 elements, so those calls use one thread whatever the setting"
-        )
+    small = [] if threads == 1 else [
+        f"at {SERIAL_MAX:,} tokens or fewer bandcore's Numba drivers run serially" if min(sizes) <= SERIAL_MAX else "",
+        "torch splits element-wise work into chunks of 32,768 elements" if min(sizes) <= TORCH_GRAIN else "",
+    ]  # fmt: skip
+    small = [part for part in small if part]
+    if small:
+        text = " and ".join(small)
+        note += f". {text[0].upper()}{text[1:]}, so those calls use one thread whatever the setting"
     return note
 
 
