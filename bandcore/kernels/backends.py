@@ -34,7 +34,7 @@ from ..divergences import Divergence, resolve
 from . import lookup
 from . import solvers as _reference
 from .binding import generated_source, instance, load_generated
-from .grid import KernelBound
+from .grid import FM_SIZE, IM_SIZE, KernelBound
 from .seeds import NO_SEED, seed_table
 
 __all__ = ["can_select", "lower_at_one", "numba_module", "run_lookup", "run_lookup_torch", "run_numba", "seed",
@@ -214,7 +214,8 @@ def clamped(value):
     lp = np.float64(value)
     return 0.0 if lp > 0.0 and lp <= TOL else lp
 '''
-_SEEDS = '''    w_up = np.empty(BLOCK)
+_SEEDS = '''    seed = by_value(seed)
+    w_up = np.empty(BLOCK)
     w_lo = np.empty(BLOCK)
     for j in range(log_p.size):
         w_up[j], w_lo[j] = seed_pair(clamped(log_p[j]), seed)'''
@@ -237,6 +238,22 @@ def band_kernel{output}{suffix}(old_log_prob, delta, lower_at_one, lower, upper,
 {fallback}
     return above
 '''
+
+
+def _by_value() -> str:
+    """``by_value(bound)``: a table bound's ``fm``/``im`` arrays as tuples (see :data:`.grid.FM_SIZE`; Numba's
+    parallel loops take no tuples of numbers as arguments, so the blocks make them)."""
+    fm = ", ".join(f"fm[{i}]" for i in range(FM_SIZE))
+    im = ", ".join(f"im[{i}]" for i in range(IM_SIZE))
+    return f'''
+
+@njit(cache=True, forceinline=True)
+def by_value(bound):
+    fm, im, off, shift, cells = bound
+    return ({fm}), ({im}), off, shift, cells
+'''
+
+
 #: Tokens per block (its seed buffers stay in L1).
 BLOCK = 256
 #: The drivers' outputs: suffix -> what is stored of a log bound.  Each output has its own drivers (a runtime
@@ -290,7 +307,7 @@ def _numba_source(divergence: Divergence, kind: str) -> str:
         lines += [f"{name} = {_literal(value)}" for name, value in _constants(divergence).items()]
         for fn in gf.functions:
             lines += ["@njit(cache=True, fastmath=FASTMATH, error_model='numpy', forceinline=True)", fn.math_source()]
-    drivers = _CLAMPED + "".join(_solver_drivers(kind, output) for output in OUTPUTS)
+    drivers = _CLAMPED + _by_value() + "".join(_solver_drivers(kind, output) for output in OUTPUTS)
     return generated_source([(lookup, False), (_reference, False)], "numba_fast_ops", lines, drivers, inline=True,
                             outlined=_OUTLINED)  # fmt: skip
 
@@ -337,25 +354,43 @@ def run_numba(divergence: Divergence, old_log_prob: np.ndarray, delta: float, *,
 # Lookup tables: the one evaluation source (:mod:`.lookup`) on every backend
 # ------------------------------------------------------------------------------------------------------------
 
+#: One block of tokens [first, last) of a table, through views of the block (as :data:`_BLOCK`), with the bounds'
+#: ``fm``/``im`` by value; returns how many log p are above ``tol``.
+_TABLE_BLOCK = '''
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def table_block(log_p, first, last, lower, upper, tol, out_lo, out_up):
+    lower = by_value(lower)
+    upper = by_value(upper)
+    lps = log_p[first:last]
+    lo_out = out_lo[first:last]
+    up_out = out_up[first:last]
+    above = 0
+    for j in range(lps.size):
+        lp = np.float64(lps[j])
+        above += lp > tol
+        lo, up = table_bounds(lp, lower, upper, tol)
+        lo_out[j] = lo
+        up_out[j] = up
+    return above
+'''
 _TABLE_DRIVER = '''
 
 @njit(cache=True, parallel={parallel}, fastmath=FASTMATH, error_model="numpy")
 def table_kernel{suffix}(log_p, lower, upper, tol, out_lo, out_up):
     """One pass: (log r_lo, log r_up) of a table in float64, stored in the output dtype; counts log p > tol."""
+    n = log_p.shape[0]
     above = 0
-    for i in {range}(log_p.shape[0]):
-        lp = np.float64(log_p[i])
-        above += lp > tol
-        lo, up = table_bounds(lp, lower, upper, tol)
-        out_lo[i] = lo
-        out_up[i] = up
+    for block in {range}((n + BLOCK - 1) // BLOCK):
+        above += table_block(log_p, block * BLOCK, min(block * BLOCK + BLOCK, n), lower, upper, tol, out_lo, out_up)
     return above
 '''
 
 
 @lru_cache(maxsize=1)
 def _lookup_numba() -> ModuleType:
-    source = generated_source([(lookup, True)], "numba_ops", [], _drivers(_TABLE_DRIVER))
+    drivers = _by_value() + _TABLE_BLOCK + _drivers(_TABLE_DRIVER)
+    source = generated_source([(lookup, True)], "numba_ops", [f"BLOCK = {BLOCK}"], drivers, inline=True)
     return load_generated(source, "bandcore_numba_lookup")
 
 

@@ -51,6 +51,14 @@ def horner_cells(knots: np.ndarray, values: np.ndarray, slopes: np.ndarray) -> n
     return np.stack([knots[:-1], 1.0 / w, f0, d0, 3 * (f1 - f0) - 2 * d0 - d1, 2 * (f0 - f1) + d0 + d1], axis=1)
 
 
+#: Entries of ``fm`` / ``im`` in the longest layout (a split bound with tails, :mod:`.lookup`).
+#: :meth:`KernelBound.arrays` pads every bound to it with zeros (tail modes and split fields unused), and the
+#: Numba kernels copy them into tuples once per block (:func:`bandcore.kernels.backends`): passed by value, they
+#: stay in registers for the whole loop, whereas array entries are reloaded for every token (a store to the
+#: outputs might alias them) and every branch on them is taken per token
+FM_SIZE, IM_SIZE = 17, 12
+
+
 @dataclass(frozen=True)
 class KernelBound:
     """The arrays :func:`bound_log` reads for one tabulated function (computed once per table).
@@ -66,8 +74,12 @@ class KernelBound:
     cells: np.ndarray
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(fm, im, off, shift, cells)`` as NumPy arrays (the Numba kernels' argument)."""
-        return self.fmeta, self.imeta, self.off, (52 - self.levels).astype(np.int64), self.cells
+        """``(fm, im, off, shift, cells)`` as NumPy arrays (the Numba kernels' argument), ``fm``/``im`` padded with
+        zeros to :data:`FM_SIZE` / :data:`IM_SIZE` entries."""
+        fm = np.zeros(max(FM_SIZE, self.fmeta.size))
+        im = np.zeros(max(IM_SIZE, self.imeta.size), dtype=np.int64)
+        fm[: self.fmeta.size], im[: self.imeta.size] = self.fmeta, self.imeta
+        return fm, im, self.off, (52 - self.levels).astype(np.int64), self.cells
 
     def torch_arrays(self, device) -> tuple:
         """The same for the torch binding: ``fm``/``im`` as Python numbers, the rest as tensors on ``device``."""

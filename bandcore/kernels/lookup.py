@@ -39,9 +39,9 @@ towards the threshold.  :math:`L^*` is a double-double :math:`L^*_{hi} + L^*_{lo
 :math:`G = \log u - \gamma\log\lambda` with :math:`u = r` (lower) or :math:`u = 1 - q = 1 - pr` (upper) and
 :math:`\gamma` the leading exponent of :math:`u` in :math:`\lambda`; then :math:`\log r = G + \gamma\log\lambda`
 (lower) or :math:`L + \log(1 - e^{G + \gamma\log\lambda})` (upper).  The arrays hold both grids one after the
-other: ``fm = (far: a, b, F(a), F(b), F'(b); tails: C, β, K, ν; near: λ0, λm, G(λ0), G(λm), G'(λm); L*_hi,
-L*_lo, γ)``, ``im = (kind, saturated left, saturated right, far e_a, left tail, right tail, far octaves, far
-cells, 0, 0, 0, near e_λ0)``.
+other (the near part's ``off`` entries count its cells from the end of the far part's): ``fm = (far: a, b,
+F(a), F(b), F'(b); tails: C, β, K, ν; near: λ0, λm, G(λ0), G(λm), G'(λm); L*_hi, L*_lo, γ)``, ``im = (kind,
+saturated left, saturated right, far e_a, left tail, right tail, far octaves, far cells, 0, 0, 0, near e_λ0)``.
 
 **Logarithmic tails** (:func:`tail_log`, any kind whose ``im`` has more than 4 entries; a bound of the original
 kinds packed with 4 is read exactly as before).  ``im[4] = 1``: left of :math:`a` (which is then
@@ -64,10 +64,11 @@ __all__ = ["bound_log", "interpolate", "split_bound_log", "table_bounds"]
 MANTISSA = 0xFFFFFFFFFFFFF  # the 52 mantissa bits of a float64
 
 
-def interpolate(L, fm, im, off, shift, cells):
-    """F(L) for L in [a, b]: the Hermite cubic of L's cell; the end value left of a, the end tangent right of b."""
+def interpolate(L, fm, im, off, shift, cells, first=0):
+    """F(L) for L in [a, b]: the Hermite cubic of L's cell; the end value left of a, the end tangent right of b.
+    The grid's octaves start at entry ``first`` of ``off``/``shift`` (a split bound's near part)."""
     bits = xp.float_bits(L)
-    o = xp.minimum(xp.maximum((bits >> 52) - (1023 + im[3]), 0), off.shape[0] - 1)  # octave, counted from a's
+    o = xp.minimum(xp.maximum((bits >> 52) - (1023 + im[3]), 0) + first, off.shape[0] - 1)  # octave, from a's
     c = xp.minimum(xp.maximum(off[o] + ((bits & MANTISSA) >> shift[o]), 0), cells.shape[0] - 1)
     s = (L - cells[c, 0]) * cells[c, 1]
     inner = cells[c, 2] + s * (cells[c, 3] + s * (cells[c, 4] + s * cells[c, 5]))
@@ -78,14 +79,12 @@ def interpolate(L, fm, im, off, shift, cells):
 
 def split_bound_log(L, fm, im, off, shift, cells):
     """log r of a bound split at its saturation threshold (kinds 4 and 5; module docstring)."""
-    n_oct = im[6]
-    n_cells = im[7]
     far = interpolate(L, fm, im, off, shift, cells)
     if im[0] == 4:
         lam = (fm[14] - L) + fm[15]  # lower: lambda = L* - L, L* = fm[14] + fm[15] (double-double)
     else:
         lam = (L - fm[14]) - fm[15]  # upper: lambda = L - L*
-    g = interpolate(lam, fm[9:14], im[8:12], off[n_oct:], shift[n_oct:], cells[n_cells:])
+    g = interpolate(lam, fm[9:14], im[8:12], off, shift, cells, im[6])
     log_u = g + fm[16] * xp.log(xp.maximum(lam, fm[9]))
     if im[0] == 4:
         y_far = xp.where(far > 0.0, xp.log(xp.minimum(far, 1.0)), -xp.inf)

@@ -241,7 +241,7 @@ class SplitBound:
         im = np.concatenate([[self.kind, self.saturated_left, self.saturated_right, far.imeta[3]],
                              self.far.tail_imeta(), [len(far.off), len(far.cells), 0, 0, 0, near.imeta[3]]])
         im = im.astype(np.int64)
-        off = np.concatenate([far.off, near.off])
+        off = np.concatenate([far.off, near.off + len(far.cells)])  # the near part's cells follow the far's
         levels = np.concatenate([far.levels, near.levels])
         cells = np.ascontiguousarray(np.concatenate([far.cells, near.cells]))
         return KernelBound(fmeta=fm, imeta=im, off=off, levels=levels, cells=cells)
