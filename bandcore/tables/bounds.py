@@ -598,16 +598,7 @@ def split_from_arrays(side, arrays, meta):
 
     far = replace(far, **tails) if tails else far
     nk = arrays[f"{side}_near_knots"]
-    if nk.ndim != 1 or len(nk) < 2 or np.any(np.diff(nk) <= 0) or (not 0 < nk[0] and nk[-1] <= L_RANGE[1]):
-        raise TableFileError(f"{side} near knots must be positive and strictly increasing")
-    nl = arrays[f"{side}_near_levels"]
-    if nl.ndim != 1 or not (np.all(nl == np.round(nl)) and np.all((nl >= 0) & (nl <= MAX_LEVEL))):
-        raise TableFileError(f"{side} near levels must be integers in [0, {MAX_LEVEL}]")
-    nl = nl.astype(np.int64)
-    if len(nl) != n_octaves(nk[0], nk[-1]) or grid_size(nk[0], nk[-1], nl) != len(nk):
-        raise TableFileError(f"{side} near levels do not describe its near knots")
-    if not np.array_equal(octave_grid(nk[0], nk[-1], nl), nk):
-        raise TableFileError(f"{side} near knots are not the octave grid of their levels")
+    nl = check_near_grid(side, nk, arrays[f"{side}_near_levels"])
     nv, ns = arrays[f"{side}_near_values"], arrays[f"{side}_near_slopes"]
     if nv.shape != nk.shape or ns.shape != nk.shape:
         raise TableFileError(f"{side} near values/slopes do not match its near knots")
@@ -615,6 +606,20 @@ def split_from_arrays(side, arrays, meta):
     if m != (star_hi / 2 if side == "lower" else min(2 * star_hi, L_RANGE[1] / 2)):
         raise TableFileError(f"{side}: the far part does not end at the split point")
     return SplitBound(far, NearPart(nk, nv, ns, nl), kind, star_hi, star_lo, float(gamma))
+
+
+def check_near_grid(side: str, nk: np.ndarray, nl: np.ndarray) -> np.ndarray:
+    """Validate a near part's knots (in λ) and octave levels read from a file; the levels as integers."""
+    if nk.ndim != 1 or len(nk) < 2 or np.any(np.diff(nk) <= 0) or (not 0 < nk[0] and nk[-1] <= L_RANGE[1]):
+        raise TableFileError(f"{side} near knots must be positive and strictly increasing")
+    if nl.ndim != 1 or not (np.all(nl == np.round(nl)) and np.all((nl >= 0) & (nl <= MAX_LEVEL))):
+        raise TableFileError(f"{side} near levels must be integers in [0, {MAX_LEVEL}]")
+    nl = nl.astype(np.int64)
+    if len(nl) != n_octaves(nk[0], nk[-1]) or grid_size(nk[0], nk[-1], nl) != len(nk):
+        raise TableFileError(f"{side} near levels do not describe its near knots")
+    if not np.array_equal(octave_grid(nk[0], nk[-1], nl), nk):
+        raise TableFileError(f"{side} near knots are not the octave grid of their levels")
+    return nl
 
 
 def bound_from_arrays(side, knots, values, slopes, levels, meta, low=None) -> TabulatedBound:

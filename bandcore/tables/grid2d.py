@@ -29,8 +29,12 @@ neighbouring nodes, times 1.25.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import pairwise
 from typing import Any
 
+import mpmath as mp
 import numpy as np
 from numpy.polynomial import chebyshev
 
@@ -43,31 +47,43 @@ from .bounds import (
     LOG_NEG_LOG_R,
     LOG_R,
     LOG_R_LOWER,
+    RATIO,
     TabulatedBound,
     bound_from_arrays,
     bound_metadata,
     builder_of,
+    cell_octaves,
     certificate,
     check_delta,
+    check_near_grid,
     check_target,
     divergence_of,
+    exact_bound_log,
     exact_solver,
     grid_size,
     n_octaves,
+    near_samples,
     rel_log_error,
     stored,
     tail_error,
+    tail_modes,
 )  # fmt: skip
-from .evaluate import octave_grid
+from .evaluate import octave_grid, octave_of
 from .formats import TableFileError, write_table
 from .limits import MAX_KNOTS, MAX_NODES
-from .pieces import pieces
+from .pieces import pieces, saturation_threshold
 from .shape import lower_tail_kind
 from .table import BUILDERS, LOADERS, SPOT_CHECKS, BandTable, check_certificate
+from .threshold import SPLIT_LOWER, SPLIT_UPPER, NearPart, SplitBound, gamma_of, threshold_dd
 
 __all__ = ["BandTable2D"]
 
 THRESHOLD = 1 / 64  # coefficients below target/64 are stored as zeros
+#: a lower bound's δ-pieces each span thresholds within this ratio, so its near grid (up to L*_max - L*_min/2)
+#: stays inside L > 0 for every δ of the piece
+PIECE_RATIO = 1.4
+#: a split bound's near grid starts this many octaves below the float64 spacing of its smallest threshold
+NEAR_OCTAVES_BELOW = 30
 
 
 def lobatto(n: int) -> np.ndarray:
@@ -160,6 +176,215 @@ def _build_surface(div, ell_range, side, target, solve, bar):
     return surface, max(worst, tails), checked
 
 
+@lru_cache(maxsize=256)
+def exact_threshold(div: Divergence, delta: float, side: str) -> tuple[mp.mpf, float, float]:
+    r"""(L*, b, L* - b) of ``side`` at ``delta``: the threshold to ~40 digits, the saturated float64 ``b``
+    next to it (:func:`~bandcore.tables.pieces.saturation_threshold`) and the double-double remainder
+    (:func:`~bandcore.tables.threshold.threshold_dd`)."""
+    b = saturation_threshold(div, delta, side, L_RANGE)
+    if not isinstance(b, float):
+        what = "on all of" if b == "all" else "nowhere in"
+        raise ValueError(f"the {side} bound of {div.name} at delta={delta:g} saturates {what} L in {list(L_RANGE)}")
+    star, lo, _ = threshold_dd(div, delta, side, b)
+    return star, b, lo
+
+
+@dataclass(frozen=True)
+class SplitSurface:
+    r"""A saturating bound over one δ-piece :math:`u \in` ``u_range``: a far part in L and a near part in
+    :math:`\lambda = |L - L^*(\delta)|` (both :class:`Surface` in the piece's own Chebyshev variable
+    :math:`v \in [-1, 1]`), the split kind (4 lower, 5 upper) and the exponent γ of :math:`G`."""
+
+    far: Surface
+    near: Surface
+    kind: int
+    gamma: float
+    u_range: tuple[float, float]
+
+    def local(self, u: float) -> float:
+        """The piece's Chebyshev variable v of the table's u."""
+        u0, u1 = self.u_range
+        return (2 * u - u0 - u1) / (u1 - u0)
+
+    def bound(self, v: float, b: float, lo: float) -> SplitBound:
+        """The 1-D split bound at local ``v`` with threshold ``b + lo`` (that δ's exact threshold)."""
+        far, near = self.far.at(v), self.near.at(v)
+        return SplitBound(far, NearPart(near.knots, near.values, near.slopes, near.levels), self.kind, b, lo,
+                          self.gamma)  # fmt: skip
+
+    @property
+    def size(self) -> int:
+        return self.far.coef_values.size + self.near.coef_values.size
+
+
+def _piece_of(side: tuple[SplitSurface, ...], u: float) -> SplitSurface:
+    return next((s for s in side if u <= s.u_range[1]), side[-1])
+
+
+def _delta_pieces(div, delta_of, side) -> list[tuple[float, float, float, float]]:
+    """(u0, u1, L*_min, L*_max) of every δ-piece: one for an upper bound, for a lower bound the fewest equal
+    pieces in u whose thresholds stay within :data:`PIECE_RATIO`."""
+    for k in range(1, 33) if side == "lower" else (1,):
+        us = np.linspace(-1.0, 1.0, k + 1)
+        ends = [exact_threshold(div, delta_of(float(u)), side)[1] for u in us]
+        pairs = [(min(a, c), max(a, c)) for a, c in pairwise(ends)]
+        if side == "upper" or all(hi <= PIECE_RATIO * lo for lo, hi in pairs):
+            return [(float(us[i]), float(us[i + 1]), *pairs[i]) for i in range(k)]
+    raise ValueError(f"{div.name} lower threshold moves too much over the delta range: use a narrower range")
+
+
+def _geometry(side: str, star_min: float, star_max: float) -> tuple[tuple[float, float], tuple[float, float]]:
+    r"""(far range in L, near range in λ) of a piece whose thresholds lie in [star_min, star_max].
+
+    Lower (unsaturated for :math:`L < L^*`): far :math:`[2^{-120}, m]`, :math:`m = L^*_{min}/2`, near up to
+    :math:`L^*_{max} - m`; upper (unsaturated for :math:`L > L^*`): far :math:`[m, 680]`,
+    :math:`m = 2L^*_{max}`, near up to :math:`m - L^*_{min}`.  The near grid starts :data:`NEAR_OCTAVES_BELOW`
+    octaves below the spacing of :math:`L^*_{min}`: below every λ the kernel reads next to a threshold
+    unless :math:`L^*` lies within :math:`2^{-30}` ulp of a float."""
+    lam0 = 2.0 ** (octave_of(float(np.spacing(star_min))) - NEAR_OCTAVES_BELOW)
+    if side == "lower":
+        m = star_min / 2
+        return (L_RANGE[0], m), (lam0, float(np.nextafter(star_max - m, math.inf)))
+    m = min(2 * star_max, L_RANGE[1] / 2)
+    return (m, L_RANGE[1]), (lam0, float(np.nextafter(m - star_min, math.inf)))
+
+
+class _PieceSampler:
+    """Exact data of one δ-piece: thresholds, far values (float64 solver), near values (:func:`near_samples`)
+    and the certificate's exact log r (:func:`exact_bound_log`), cached per δ."""
+
+    def __init__(self, div, side, solve, delta_of, stars, gamma):
+        self.div, self.side, self.solve, self.delta_of = div, side, solve, delta_of
+        self.index = 1 if side == "upper" else 0
+        self.stars, self.gamma = stars, gamma
+        self.near_cache: dict[float, dict] = {}
+        self.exact_cache: dict[float, dict] = {}
+
+    def threshold(self, v: float) -> tuple[float, mp.mpf, float, float]:
+        delta = self.delta_of(v)
+        star, b, lo = exact_threshold(self.div, delta, self.side)
+        if not self.stars[0] <= b <= self.stars[1]:
+            raise ValueError(f"{self.div.name} {self.side} threshold {b} at delta={delta:g} leaves the piece's "
+                             f"range {list(self.stars)}: not monotone in delta")  # fmt: skip
+        return delta, star, b, lo
+
+    def samples(self, far_knots, near_knots, v, far_kind):
+        delta, star, b, _ = self.threshold(v)
+        y = np.asarray(self.solve(-far_knots, self.div, delta)[self.index], dtype=np.float64)
+        fv, fs = stored(far_kind, far_knots, y, pieces(self.div))
+        cache = self.near_cache.setdefault(delta, {})
+        nv, ns = near_samples(self.div, delta, self.side, star, b, self.gamma, near_knots, self.solve, cache)
+        return fv, fs, nv, ns
+
+    def errors(self, piece: SplitSurface, v: float) -> tuple[np.ndarray, np.ndarray, SplitBound, float]:
+        """(far cell errors, near cell errors, the bound, δ) at local ``v``."""
+        delta, _, b, lo = self.threshold(v)
+        bound = piece.bound(v, b, lo)
+        xs = bound.far.check_points(CHECK_S).ravel()
+        far = np.asarray(self.solve(-xs, self.div, delta)[self.index], dtype=np.float64)
+        far_err = rel_log_error(bound.log(xs), far).reshape(len(bound.far.knots) - 1, -1).max(axis=1)
+        near_knots = bound.near.knots
+        L = bound.to_L((near_knots[:-1, None] + np.diff(near_knots)[:, None] * CHECK_S).ravel())
+        exact = exact_bound_log(bound, self.div, delta, self.index, L, self.solve,
+                                self.exact_cache.setdefault(delta, {}))  # fmt: skip
+        near_err = rel_log_error(bound.log(L), exact).reshape(len(near_knots) - 1, -1).max(axis=1)
+        return far_err, near_err, bound, delta
+
+
+def _split_surface(sampler, far_range, near_range, levels, n, kind, target, u_range) -> SplitSurface:
+    far_kind = RATIO if kind == SPLIT_LOWER else LOG_R
+    far_knots, near_knots = octave_grid(*far_range, levels[0]), octave_grid(*near_range, levels[1])
+    rows = [sampler.samples(far_knots, near_knots, float(v), far_kind) for v in lobatto(n)]
+    data = [np.array([r[i] for r in rows]) for i in range(4)]
+    if not all(np.all(np.isfinite(d)) for d in data):
+        raise ValueError(f"{sampler.div.name} {sampler.side} bound: non-finite node data in the 2-D table")
+    tau = target * THRESHOLD
+    parts = []
+    for knots, lev, values, slopes in ((far_knots, levels[0], *data[:2]), (near_knots, levels[1], *data[2:])):
+        w = np.maximum(np.diff(knots, prepend=knots[0]), np.diff(knots, append=knots[-1]))
+        parts.append(Surface(knots, lev.copy(), _coefficients(values, tau), _coefficients(slopes, tau / w), far_kind))
+    return SplitSurface(parts[0], parts[1], kind, sampler.gamma, u_range)
+
+
+def _octave_errors(sampler, piece, vs, levels) -> tuple[np.ndarray, np.ndarray]:
+    """Per-octave max error of the far and the near grid over the local δ-points ``vs``."""
+    out = (np.zeros(len(levels[0])), np.zeros(len(levels[1])))
+    for v in vs:
+        errs = sampler.errors(piece, float(v))[:2]
+        for acc, err, knots in zip(out, errs, (piece.far.knots, piece.near.knots), strict=True):
+            np.maximum.at(acc, cell_octaves(knots), err)
+    return out
+
+
+def _build_split_piece(div, side, target, solve, bar, delta_of, piece_range, gamma):
+    """One δ-piece of a saturating bound: octaves of both grids refined where the error at the Chebyshev nodes
+    exceeds 40 % of the target, n grown while it exceeds half of it between nodes (as :func:`_build_surface`);
+    certificate at nodes, a quarter, half and three quarters between them, and the tails plus the two floats
+    next to the threshold (50-digit oracle) at each of those δ."""
+    u0, u1, star_min, star_max = piece_range
+    kind = SPLIT_LOWER if side == "lower" else SPLIT_UPPER
+
+    def local_delta(v):
+        return delta_of((u0 + u1) / 2 + v * (u1 - u0) / 2)
+
+    sampler = _PieceSampler(div, side, solve, local_delta, (star_min, star_max), gamma)
+    far_range, near_range = _geometry(side, star_min, star_max)
+    n = 5
+    levels = [np.zeros(n_octaves(*far_range), dtype=np.int64), np.zeros(n_octaves(*near_range), dtype=np.int64)]
+    while True:
+        piece = _split_surface(sampler, far_range, near_range, levels, n, kind, target, (u0, u1))
+        theta = np.pi * np.arange(n) / (n - 1)
+        node = _octave_errors(sampler, piece, np.cos(theta), levels)
+        mid = _octave_errors(sampler, piece, np.cos((theta[:-1] + theta[1:]) / 2), levels)
+        worst = max(float(e.max()) for e in (*node, *mid))
+        if bar is not None:
+            bar.set_postfix_str(f"2-D {side} [{u0:+.2f}, {u1:+.2f}]: {piece.far.knots.size} + "
+                                f"{piece.near.knots.size} knots x {n} deltas, max err {worst:.1e}")  # fmt: skip
+            bar.update(1)
+        refine = [e > target / 2.5 for e in node]
+        if any(r.any() for r in refine):
+            levels = [lev + r for lev, r in zip(levels, refine, strict=True)]
+            size = grid_size(*far_range, levels[0]) + grid_size(*near_range, levels[1])
+            if max(lev.max() for lev in levels) > 23 or size * n > MAX_KNOTS * 8:
+                raise ValueError(f"{div.name} 2-D {side} bound: target {target:g} not reached")
+        elif max(float(e.max()) for e in mid) > target / 2:
+            n = 2 * n - 1
+            if n > MAX_NODES:
+                raise ValueError(f"{div.name} 2-D {side} bound: target {target:g} not reached with {n} deltas")
+        else:
+            break
+    gaps = np.concatenate([theta[:-1] + f * np.diff(theta) for f in (0.25, 0.5, 0.75)])
+    worst, checked = 0.0, 0
+    for v in np.cos(np.concatenate([theta, gaps])):
+        far_err, near_err, bound, delta = sampler.errors(piece, float(v))
+        tails = tail_error(bound, div, delta, sampler.index)
+        worst = max(worst, float(far_err.max()), float(near_err.max()), tails)
+        checked += (far_err.size + near_err.size) * len(CHECK_S) + len(bound.tails())
+    return piece, worst, checked
+
+
+def _build_split_side(div, ell_range, side, target, solve, bar):
+    """A saturating bound over the δ range: its δ-pieces (:func:`_delta_pieces`), each split at the exact
+    threshold; γ is measured once, at the middle δ."""
+    lo, hi = ell_range
+
+    def delta_of(u):
+        return math.exp((lo + hi) / 2 + u * (hi - lo) / 2)
+
+    middle = delta_of(0.0)
+    if tail_modes(div, middle, side, target) != (False, False):
+        raise ValueError(f"the {side} bound of {div.name} needs a logarithmic tail (its log r moves like "
+                         "1/log(1/L) as p -> 1 or like L - log L as p -> 0): not supported by 2-D tables; build "
+                         "1-D tables at the deltas you need")  # fmt: skip
+    gamma = gamma_of(div, middle, side, exact_threshold(div, middle, side)[0])
+    out, worst, checked = [], 0.0, 0
+    for piece_range in _delta_pieces(div, delta_of, side):
+        piece, err, count = _build_split_piece(div, side, target, solve, bar, delta_of, piece_range, gamma)
+        out.append(piece)
+        worst, checked = max(worst, err), checked + count
+    return tuple(out), worst, checked
+
+
 class BandTable2D:
     r"""The Band over :math:`\delta \in [\delta_{lo}, \delta_{hi}]` and all :math:`p`, for annealing δ.
 
@@ -188,11 +413,7 @@ class BandTable2D:
         div = resolve(divergence)
         lo, hi = _check_range(delta_range)
         check_target(target)
-        if math.isfinite(pieces(div).f_at_zero):
-            raise ValueError(
-                f"2-D tables need a divergence that never saturates (f(0) = inf, e.g. kl); {div.name} saturates "
-                "at a delta-dependent p: build 1-D tables at the deltas you need"
-            )
+        build_side = _build_split_side if math.isfinite(pieces(div).f_at_zero) else _build_surface
         solve = exact_solver()
         bar = None
         if progress:
@@ -201,13 +422,16 @@ class BandTable2D:
             bar = tqdm(desc=f"2-D table {div.name} delta in [{lo:g}, {hi:g}]", unit="pass")
         try:
             ell_range = (math.log(lo), math.log(hi))
-            lower, err_lo, n_lo = _build_surface(div, ell_range, "lower", target, solve, bar)
-            upper, err_up, n_up = _build_surface(div, ell_range, "upper", target, solve, bar)
+            lower, err_lo, n_lo = build_side(div, ell_range, "lower", target, solve, bar)
+            upper, err_up, n_up = build_side(div, ell_range, "upper", target, solve, bar)
         finally:
             if bar is not None:
                 bar.close()
+        max_rel_error = certificate(max(err_lo, err_up))
+        if max_rel_error > target:
+            raise ValueError(f"{div.name} 2-D table: certified error {max_rel_error:.2e} above the target {target:g}")
         return cls(divergence=div.name, generator=div.formula, delta_range=(lo, hi), lower=lower, upper=upper,
-                   max_rel_error=certificate(max(err_lo, err_up)), target=target, checked_points=n_lo + n_up,
+                   max_rel_error=max_rel_error, target=target, checked_points=n_lo + n_up,
                    builder=BUILDER)  # fmt: skip
 
     @property
@@ -217,7 +441,7 @@ class BandTable2D:
     @property
     def n_knots(self) -> int:
         """Total number of stored (knot, δ-coefficient) pairs, both bounds."""
-        return sum(s.coef_values.size for s in (self.lower, self.upper))
+        return sum(_size(s) for s in (self.lower, self.upper))
 
     def _u(self, delta: float) -> float:
         lo, hi = (math.log(d) for d in self.delta_range)
@@ -231,12 +455,22 @@ class BandTable2D:
             raise ValueError(f"delta={delta!r} is outside this table's range [{lo:g}, {hi:g}]")
         if self._last is None or self._last[0] != delta:
             u = self._u(delta)
+            lower, upper = (self._bound(s, side, u, delta) for s, side in ((self.lower, "lower"),
+                                                                            (self.upper, "upper")))
             table = BandTable(divergence=self.divergence_name, generator=self.generator, delta=delta,
-                              lower=self.lower.at(u), upper=self.upper.at(u), max_rel_error=self.max_rel_error,
+                              lower=lower, upper=upper, max_rel_error=self.max_rel_error,
                               target=self.target, checked_points=self.checked_points,
                               builder=self.builder)  # fmt: skip
             self._last = (delta, table)
         return self._last[1]
+
+    def _bound(self, surface, side: str, u: float, delta: float):
+        """One bound at ``u``; a saturating one split at its threshold, computed exactly for ``delta``."""
+        if isinstance(surface, Surface):
+            return surface.at(u)
+        piece = _piece_of(surface, u)
+        _, b, lo = exact_threshold(self.divergence, delta, side)
+        return piece.bound(piece.local(u), b, lo)
 
     def log(self, old_log_prob, delta: float):
         """(log_lower, log_upper) at ``delta``; see :meth:`BandTable.log`."""
@@ -261,17 +495,29 @@ class BandTable2D:
             self.at(delta).spot_check(where, n=n, seed=seed)
 
     def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        arrays = {}
+        arrays, split = {}, {}
         for side, s in (("lower", self.lower), ("upper", self.upper)):
-            arrays[f"{side}_knots"], arrays[f"{side}_levels"] = s.knots, s.levels.astype(np.float64)
-            arrays[f"{side}_coef_values"], arrays[f"{side}_coef_slopes"] = s.coef_values, s.coef_slopes
+            if isinstance(s, Surface):
+                arrays.update(_surface_arrays(side, s))
+            else:
+                arrays.update(_surface_arrays(side, *(p.far for p in s)))
+                arrays.update(_surface_arrays(f"{side}_near", *(p.near for p in s)))
+                split[f"{side}_pieces"] = [[*p.u_range, len(p.far.coef_values), len(p.far.knots), len(p.near.knots)]
+                                           for p in s]  # fmt: skip
+                split[f"{side}_gamma"] = s[0].gamma
         middle = self.at(math.sqrt(self.delta_range[0] * self.delta_range[1]))
+        grid = bound_metadata(middle.lower, middle.upper)
+        if split:
+            split["split"] = SPLIT_2D_DOC
+            grid["lower_saturated_at_or_above_L"] = "L*(delta)" if "lower_pieces" in split else None
+            grid["upper_saturated_at_or_below_L"] = "L*(delta)" if "upper_pieces" in split else None
         metadata = {
             "table": "2d",
             "divergence": self.divergence_name,
             "generator": self.generator,
             "delta_range": list(self.delta_range),
-            **bound_metadata(middle.lower, middle.upper),
+            **grid,
+            **split,
             "delta_coordinate": "u = (2 log(delta) - log(lo) - log(hi)) / (log(hi) - log(lo))",
             "node_arrays": "coef_values[k, j], coef_slopes[k, j]: Chebyshev T_k(u) coefficients of F and dF/dL at "
             "knot j",
@@ -301,15 +547,15 @@ class BandTable2D:
         try:
             surfaces = {}
             for side, kinds in (("lower", (LOG_NEG_LOG_R, LOG_R_LOWER)), ("upper", (LOG_R,))):
-                knots, levels = arrays[f"{side}_knots"], arrays[f"{side}_levels"]
-                cv, cs = arrays[f"{side}_coef_values"], arrays[f"{side}_coef_slopes"]
-                if cv.ndim != 2 or cv.shape != cs.shape or cv.shape[1] != len(knots) or not 2 <= len(cv) <= MAX_NODES:
-                    raise TableFileError(f"{side}: coefficient arrays do not match the knots")
                 kind = int(meta[f"{side}_kind"])
+                if kind in (SPLIT_LOWER, SPLIT_UPPER):
+                    surfaces[side] = _split_from_arrays(side, kind, arrays, meta)
+                    continue
                 if kind not in kinds:
                     raise TableFileError(f"{side} kind {meta[f'{side}_kind']} is not valid for a 2-D table")
-                bound = bound_from_arrays(side, knots, cv[0], cs[0], levels, meta)  # validates the grid
-                surfaces[side] = Surface(bound.knots, bound.levels, cv, cs, kind)
+                surfaces[side] = _surface_from_arrays(side, arrays[f"{side}_knots"], arrays[f"{side}_levels"],
+                                                      arrays[f"{side}_coef_values"], arrays[f"{side}_coef_slopes"],
+                                                      meta, kind)  # fmt: skip
             table = cls(divergence=meta["divergence"], generator=meta["generator"],
                         delta_range=_check_range(meta["delta_range"]), lower=surfaces["lower"],
                         upper=surfaces["upper"], max_rel_error=meta["max_rel_error"], target=meta["target"],
@@ -328,6 +574,73 @@ class BandTable2D:
         return (f"BandTable2D({self.divergence_name!r}, delta=[{lo:g}, {hi:g}], coefficients={self.n_knots}, "
                 f"max_rel_error={self.max_rel_error:.2e})")  # fmt: skip
 
+
+SPLIT_2D_DOC = (
+    "kinds 4/5: a saturating bound in delta-pieces; pieces[i] = (u0, u1, n, far knots, near knots): on u in [u0, u1] "
+    "the Chebyshev variable is v = (2u - u0 - u1) / (u1 - u0), its far part (knots, levels, coef_*: next far-knots "
+    "columns, first n rows) in L stores r (lower) or log r (upper), its near part (near_*) in lambda = |L - L*(delta)| "
+    "stores G = log u - gamma log(lambda) (u = r or 1 - p r); L*(delta) is recomputed for each delta (50 digits)"
+)
+
+
+def _size(surface) -> int:
+    return surface.coef_values.size if isinstance(surface, Surface) else sum(p.size for p in surface)
+
+
+def _surface_arrays(prefix: str, *surfaces: Surface) -> dict[str, np.ndarray]:
+    """The arrays of one or more surfaces, concatenated along the knots (coefficients padded with zero rows)."""
+    n = max(len(s.coef_values) for s in surfaces)
+
+    def padded(c):
+        return np.concatenate([c, np.zeros((n - len(c), c.shape[1]))])
+
+    return {f"{prefix}_knots": np.concatenate([s.knots for s in surfaces]),
+            f"{prefix}_levels": np.concatenate([s.levels for s in surfaces]).astype(np.float64),
+            f"{prefix}_coef_values": np.concatenate([padded(s.coef_values) for s in surfaces], axis=1),
+            f"{prefix}_coef_slopes": np.concatenate([padded(s.coef_slopes) for s in surfaces], axis=1)}  # fmt: skip
+
+
+def _surface_from_arrays(side, knots, levels, cv, cs, meta, kind, near=False) -> Surface:
+    """One surface read from a file: its grid validated (a near part's in λ), coefficients matching the knots."""
+    if cv.ndim != 2 or cv.shape != cs.shape or cv.shape[1] != len(knots) or not 2 <= len(cv) <= MAX_NODES:
+        raise TableFileError(f"{side}: coefficient arrays do not match the knots")
+    if near:
+        return Surface(knots, check_near_grid(side, knots, levels), cv, cs, kind)
+    bound = bound_from_arrays(side, knots, cv[0], cs[0], levels, meta)  # validates the grid
+    return Surface(bound.knots, bound.levels, cv, cs, kind)
+
+
+def _split_from_arrays(side: str, kind: int, arrays, meta) -> tuple[SplitSurface, ...]:
+    """The δ-pieces of a saturating bound read from a file (:data:`SPLIT_2D_DOC`)."""
+    if kind != (SPLIT_LOWER if side == "lower" else SPLIT_UPPER):
+        raise TableFileError(f"{side} kind {kind} is not valid for this bound")
+    rows, gamma = meta.get(f"{side}_pieces"), meta.get(f"{side}_gamma")
+    if not (isinstance(rows, list) and rows and all(isinstance(r, list) and len(r) == 5 for r in rows)
+            and isinstance(gamma, (int, float)) and 0 < gamma < 100):  # fmt: skip
+        raise TableFileError(f"{side}: a split 2-D bound needs its pieces (5 numbers each) and gamma")
+    far_kind = RATIO if side == "lower" else LOG_R
+    far_meta = {f"{side}_kind": far_kind, "lower_saturated_at_or_above_L": None, "upper_saturated_at_or_below_L": None}
+    start = {side: [0, 0], f"{side}_near": [0, 0]}  # next knot and next level of each concatenation
+    out, u_end = [], -1.0
+    for u0, u1, n, *counts in rows:
+        if not (u0 == u_end and u0 < u1 <= 1.0):
+            raise TableFileError(f"{side}: the delta-pieces do not tile [-1, 1]")
+        parts = []
+        for prefix, count in zip(start, counts, strict=True):
+            k, lev = start[prefix]
+            cols = slice(k, k + int(count))
+            knots = arrays[f"{prefix}_knots"][cols]
+            if len(knots) < 2 or not np.all(knots > 0):
+                raise TableFileError(f"{prefix}: a piece needs at least 2 positive knots")
+            levels = arrays[f"{prefix}_levels"][lev:lev + n_octaves(knots[0], knots[-1])]
+            cv, cs = arrays[f"{prefix}_coef_values"][: int(n), cols], arrays[f"{prefix}_coef_slopes"][: int(n), cols]
+            parts.append(_surface_from_arrays(side, knots, levels, cv, cs, far_meta, far_kind, prefix != side))
+            start[prefix] = [k + int(count), lev + len(levels)]
+        out.append(SplitSurface(parts[0], parts[1], kind, float(gamma), (float(u0), float(u1))))
+        u_end = u1
+    if u_end != 1.0 or any([len(arrays[f"{p}_knots"]), len(arrays[f"{p}_levels"])] != start[p] for p in start):
+        raise TableFileError(f"{side}: the delta-pieces do not cover the stored arrays")
+    return tuple(out)
 
 def _check_range(delta_range) -> tuple[float, float]:
     if not isinstance(delta_range, (tuple, list)) or len(delta_range) != 2:
