@@ -15,15 +15,39 @@ below :math:`\tau = \mathrm{target}/64` (for :math:`b_{kj}`: :math:`\tau/w_j`, :
 :math:`\tau/16`, so the compressed file pays neither for the zeros nor for the low mantissa bits.
 
 Evaluating at one :math:`\delta` is exact in two steps: the series at :math:`u(\delta)` gives every knot's value
-and slope, i.e. a 1-D table (:meth:`BandTable2D.at`, O(knots)), evaluated by the 1-D kernels.  Only divergences
-that never saturate (:math:`\tilde f(0) = \infty`, e.g. KL) are supported: elsewhere the saturation kink moves
-with :math:`\delta` and would cut through the cells.
+and slope, i.e. a 1-D table (:meth:`BandTable2D.at`, O(knots)), evaluated by the 1-D kernels.
+
+**Saturating divergences** (:math:`\tilde f(0) < \infty`: tv, Hellinger, js, ...).  A bound saturates beyond a
+threshold :math:`L^*(\delta)` that moves with :math:`\delta`, so no grid fixed in :math:`L` can follow it.  Each
+saturating bound is stored as a split bound (:mod:`bandcore.tables.threshold`, kinds 4 and 5) whose coordinates
+pin the kink: a *near* part in :math:`\lambda = |L - L^*(\delta)|`, where the kink sits at :math:`\lambda = 0`
+for every :math:`\delta`, and a *far* part in :math:`L` that stays a fixed fraction of :math:`L^*` away from it,
+
+.. math::  \text{lower: far } L \in [2^{-120}, m],\ m = 0.6 L^*_{min};\qquad
+           \text{upper: far } L \in [m, 680],\ m = 2L^*_{max},
+
+with :math:`L^*_{min}, L^*_{max}` the extreme thresholds over the :math:`\delta` it covers; the near grid (octave
+cells of :math:`\lambda`) runs from :data:`NEAR_OCTAVES_BELOW` octaves below the float64 spacing of
+:math:`L^*_{min}` up to :math:`L^*_{max} - m` (lower) or :math:`m - L^*_{min}` (upper).  At fixed :math:`\lambda`
+or :math:`L` every stored value is then analytic in :math:`\log\delta`.  A lower bound is unsaturated on
+:math:`0 < L < L^*`, so its near grid must stay inside :math:`L > 0`:
+:math:`L^*_{max} - m < L^*_{min}`.  Its :math:`\delta` range is therefore cut into pieces in :math:`u` whose
+thresholds stay within a ratio :data:`PIECE_RATIO` = 1.5 (then :math:`L \ge 0.1 L^*_{min}` on the near grid),
+each with its own grids and Chebyshev series in the piece's variable :math:`v \in [-1, 1]`; an upper bound has
+no such limit and takes one piece.  :meth:`BandTable2D.at` recomputes :math:`L^*(\delta)` for the requested
+:math:`\delta` (50-digit bisection to a double-double, :func:`exact_threshold`, cached), and the kernel forms
+:math:`\lambda` from it, so the float next to :math:`L^*` reads the near part at its exact distance.  Values and
+check points within :math:`2^{-24}L^*` of the threshold come from the 50-digit solve, as for 1-D split
+tables.  The exponent :math:`\gamma` of :math:`G = \log u - \gamma\log\lambda` is measured once, at the
+middle :math:`\delta`.  Bounds that need logarithmic tails (reverse KL) are refused.
 
 **Building and certificate.** Octaves are refined (as for 1-D tables) where the error at the Chebyshev nodes
 exceeds 40 % of the target, and :math:`n` grows (:math:`n \to 2n - 1`, nested nodes) while the error
 between nodes exceeds half of it.  The certificate is measured as for 1-D tables (11 points per cell and the
 tails) at every node and at :math:`\delta` a quarter, half and three quarters of the way (in angle) between
-neighbouring nodes, times 1.25.
+neighbouring nodes, times 1.25; for a split bound each piece is refined the same way (its far and near octaves
+separately), and at each of those :math:`\delta` the tails and the two floats next to :math:`L^*(\delta)` are
+also measured, against the 50-digit oracle.  A build whose certificate exceeds the target is refused.
 """
 
 from __future__ import annotations
@@ -79,9 +103,9 @@ from .threshold import SPLIT_LOWER, SPLIT_UPPER, NearPart, SplitBound, gamma_of,
 __all__ = ["BandTable2D"]
 
 THRESHOLD = 1 / 64  # coefficients below target/64 are stored as zeros
-#: a lower bound's δ-pieces each span thresholds within this ratio, so its near grid (up to L*_max - L*_min/2)
-#: stays inside L > 0 for every δ of the piece
-PIECE_RATIO = 1.4
+#: a lower bound's far part ends at SPLIT_FRACTION L*_min, and its δ-pieces each span thresholds within
+#: PIECE_RATIO, so its near grid (up to L*_max - SPLIT_FRACTION L*_min) stays in L >= 0.1 L*_min for every δ
+SPLIT_FRACTION, PIECE_RATIO = 0.6, 1.5
 #: a split bound's near grid starts this many octaves below the float64 spacing of its smallest threshold
 NEAR_OCTAVES_BELOW = 30
 
@@ -222,28 +246,41 @@ def _piece_of(side: tuple[SplitSurface, ...], u: float) -> SplitSurface:
 
 
 def _delta_pieces(div, delta_of, side) -> list[tuple[float, float, float, float]]:
-    """(u0, u1, L*_min, L*_max) of every δ-piece: one for an upper bound, for a lower bound the fewest equal
-    pieces in u whose thresholds stay within :data:`PIECE_RATIO`."""
-    for k in range(1, 33) if side == "lower" else (1,):
-        us = np.linspace(-1.0, 1.0, k + 1)
-        ends = [exact_threshold(div, delta_of(float(u)), side)[1] for u in us]
-        pairs = [(min(a, c), max(a, c)) for a, c in pairwise(ends)]
-        if side == "upper" or all(hi <= PIECE_RATIO * lo for lo, hi in pairs):
-            return [(float(us[i]), float(us[i + 1]), *pairs[i]) for i in range(k)]
-    raise ValueError(f"{div.name} lower threshold moves too much over the delta range: use a narrower range")
+    """(u0, u1, L*_min, L*_max) of every δ-piece: one for an upper bound; for a lower bound (L* decreasing in
+    δ) pieces from u = -1 on, each ending at the largest u (to 2^-12, by bisection) whose threshold is still
+    within :data:`PIECE_RATIO` of the piece's first."""
+
+    def star(u: float) -> float:
+        return exact_threshold(div, delta_of(u), side)[1]
+
+    if side == "upper":
+        return [(-1.0, 1.0, min(star(-1.0), star(1.0)), max(star(-1.0), star(1.0)))]
+    out, u0 = [], -1.0
+    while u0 < 1.0:
+        first, good, bad = star(u0), 1.0, 1.0
+        if first > PIECE_RATIO * star(1.0):
+            good = u0
+            for _ in range(12):
+                mid = (good + bad) / 2
+                good, bad = (mid, bad) if first <= PIECE_RATIO * star(mid) else (good, mid)
+            if good == u0:
+                raise ValueError(f"{div.name} lower threshold moves too fast in delta at {delta_of(u0):g}")
+        out.append((u0, good, star(good), first))
+        u0 = good
+    return out
 
 
 def _geometry(side: str, star_min: float, star_max: float) -> tuple[tuple[float, float], tuple[float, float]]:
     r"""(far range in L, near range in λ) of a piece whose thresholds lie in [star_min, star_max].
 
-    Lower (unsaturated for :math:`L < L^*`): far :math:`[2^{-120}, m]`, :math:`m = L^*_{min}/2`, near up to
+    Lower (unsaturated for :math:`L < L^*`): far :math:`[2^{-120}, m]`, :math:`m = 0.6 L^*_{min}`, near up to
     :math:`L^*_{max} - m`; upper (unsaturated for :math:`L > L^*`): far :math:`[m, 680]`,
     :math:`m = 2L^*_{max}`, near up to :math:`m - L^*_{min}`.  The near grid starts :data:`NEAR_OCTAVES_BELOW`
     octaves below the spacing of :math:`L^*_{min}`: below every λ the kernel reads next to a threshold
     unless :math:`L^*` lies within :math:`2^{-30}` ulp of a float."""
     lam0 = 2.0 ** (octave_of(float(np.spacing(star_min))) - NEAR_OCTAVES_BELOW)
     if side == "lower":
-        m = star_min / 2
+        m = SPLIT_FRACTION * star_min
         return (L_RANGE[0], m), (lam0, float(np.nextafter(star_max - m, math.inf)))
     m = min(2 * star_max, L_RANGE[1] / 2)
     return (m, L_RANGE[1]), (lam0, float(np.nextafter(m - star_min, math.inf)))
@@ -287,6 +324,10 @@ class _PieceSampler:
         L = bound.to_L((near_knots[:-1, None] + np.diff(near_knots)[:, None] * CHECK_S).ravel())
         exact = exact_bound_log(bound, self.div, delta, self.index, L, self.solve,
                                 self.exact_cache.setdefault(delta, {}))  # fmt: skip
+        # λ below that δ's closest float rounds L onto the saturated side, exact by the threshold's definition
+        # (the float64 solver's own saturation test may differ there by its rounding)
+        saturated = L >= b if self.side == "lower" else L <= b
+        exact = np.where(saturated, -math.inf if self.side == "lower" else L, exact)
         near_err = rel_log_error(bound.log(L), exact).reshape(len(near_knots) - 1, -1).max(axis=1)
         return far_err, near_err, bound, delta
 
@@ -389,8 +430,10 @@ class BandTable2D:
     r"""The Band over :math:`\delta \in [\delta_{lo}, \delta_{hi}]` and all :math:`p`, for annealing δ.
 
     ``table(old_log_prob, delta)`` / ``table.log(old_log_prob, delta)`` behave like a :class:`BandTable` at
-    that δ; :meth:`at` returns that 1-D table (cheap: O(knots)).  ``max_rel_error`` is certified over the
-    whole rectangle.
+    that δ; :meth:`at` returns that 1-D table (O(knots), plus for a saturating divergence the exact thresholds
+    at that δ: about a second, cached for the last δ).  ``max_rel_error`` is certified over the whole
+    rectangle, next to the moving thresholds included.  ``lower``/``upper``: a :class:`Surface`, or for a
+    saturating bound a tuple of :class:`SplitSurface` δ-pieces.
     """
 
     def __init__(self, *, divergence, generator, delta_range, lower, upper, max_rel_error, target, checked_points,
