@@ -60,3 +60,24 @@ def test_metadata_names_the_builder_not_the_package(files):
 def test_certificate_rounds_up_to_three_digits(measured, expected):
     assert certificate(measured) == expected
     assert certificate(measured) >= 1.25 * measured
+
+
+CASE_2D = ("hellinger", (0.05, 0.055), 1e-5)  # saturating on both sides: split at L*(delta), lower delta-pieces
+BUILD_2D = """
+import sys
+from bandcore.tables import BandTable2D
+BandTable2D.build({name!r}, {delta_range!r}, target={target!r}).save(sys.argv[1])
+"""
+
+
+@pytest.mark.slow  # ~30 s: two small builds
+def test_saturating_2d_build_is_the_same_with_one_thread(tmp_path):
+    """The thresholds, the 50-digit near solves and the delta-pieces depend on the inputs only."""
+    from bandcore.tables import BandTable2D
+
+    name, delta_range, target = CASE_2D
+    first = BandTable2D.build(name, delta_range, target=target).save(tmp_path / "first.npz")
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    code = BUILD_2D.format(name=name, delta_range=delta_range, target=target)
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "one.npz")], env=env, check=True, timeout=600)
+    assert _sha(first) == _sha(tmp_path / "one.npz")
