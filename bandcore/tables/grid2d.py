@@ -53,7 +53,7 @@ also measured, against the 50-digit oracle.  A build whose certificate exceeds t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -66,6 +66,7 @@ from .bounds import (
     BUILDER,
     CHECK_S,
     ERROR_MEASURE,
+    L_MIN_LOG,
     L_RANGE,
     LOG_NEG_LOG_R,
     LOG_R,
@@ -90,6 +91,7 @@ from .bounds import (
     stored,
     tail_error,
     tail_modes,
+    with_tails,
 )  # fmt: skip
 from .evaluate import octave_grid, octave_of
 from .formats import TableFileError, write_table
@@ -117,14 +119,23 @@ def lobatto(n: int) -> np.ndarray:
 class Surface:
     """One bound over (L, u): knots, octave levels, and Chebyshev coefficients of shape (n, n_knots)."""
 
-    def __init__(self, knots, levels, coef_values, coef_slopes, kind):
+    def __init__(self, knots, levels, coef_values, coef_slopes, kind, tails=(False, False)):
         self.knots, self.levels, self.kind = knots, levels, kind
         self.coef_values, self.coef_slopes = coef_values, coef_slopes
+        self.tails = tails  # (logarithmic left tail, logarithmic right tail), fitted at each delta
 
     def at(self, u: float) -> TabulatedBound:
         """The 1-D bound at ``u`` in [-1, 1]."""
         t = chebyshev.chebvander(np.clip([u], -1.0, 1.0), len(self.coef_values) - 1)[0]
         return TabulatedBound(self.knots, t @ self.coef_values, t @ self.coef_slopes, self.levels, self.kind)
+
+
+def tailed(bound, tails: tuple[bool, bool], div: Divergence, delta: float, index: int):
+    """``bound`` (a 1-D bound at ``delta``) with the logarithmic tail modes ``tails``, fitted at that δ to the
+    50-digit oracle as for 1-D tables (:func:`~bandcore.tables.bounds.with_tails`)."""
+    if isinstance(bound, SplitBound):
+        return replace(bound, far=tailed(bound.far, tails, div, delta, index))
+    return with_tails(bound, div, delta, index, *tails) if any(tails) else bound
 
 
 def _coefficients(samples: np.ndarray, cutoff: np.ndarray) -> np.ndarray:
@@ -140,7 +151,8 @@ def _build_surface(div, ell_range, side, target, solve, bar):
     parts = pieces(div)
     index = 1 if side == "upper" else 0
     kind = LOG_R if side == "upper" else lower_tail_kind(div, math.exp(sum(ell_range) / 2))
-    a, b = L_RANGE
+    tails = tail_modes(div, math.exp(sum(ell_range) / 2), side, target)
+    a, b = (L_MIN_LOG if tails[0] else L_RANGE[0]), L_RANGE[1]
     lo, hi = ell_range
 
     def delta_of(u):
@@ -168,7 +180,8 @@ def _build_surface(div, ell_range, side, target, solve, bar):
             raise ValueError(f"{div.name} {side} bound: non-finite node data in the 2-D table")
         w = np.maximum(np.diff(knots, prepend=knots[0]), np.diff(knots, append=knots[-1]))
         tau = target * THRESHOLD
-        surface = Surface(knots, levels.copy(), _coefficients(values, tau), _coefficients(slopes, tau / w), kind)
+        surface = Surface(knots, levels.copy(), _coefficients(values, tau), _coefficients(slopes, tau / w), kind,
+                          tails)  # fmt: skip
         theta = np.pi * np.arange(n) / (n - 1)
         node_err = per_octave(np.max([cell_errors(surface, math.cos(t)) for t in theta], axis=0), knots, len(levels))
         mid_err = per_octave(
@@ -194,9 +207,11 @@ def _build_surface(div, ell_range, side, target, solve, bar):
     gaps = np.concatenate([theta[:-1] + f * np.diff(theta) for f in (0.25, 0.5, 0.75)])
     us = np.cos(np.concatenate([theta, gaps]))
     worst = max(float(cell_errors(surface, u).max()) for u in us)
-    tails = max(tail_error(surface.at(u), div, delta_of(u), index) for u in (-1.0, 0.0, 1.0))
-    checked = len(us) * (len(knots) - 1) * len(CHECK_S) + 3 * len(surface.at(0.0).tails())
-    return surface, max(worst, tails), checked
+    tail = max(tail_error(tailed(surface.at(u), tails, div, delta_of(u), index), div, delta_of(u), index)
+               for u in (-1.0, 0.0, 1.0))  # fmt: skip
+    checked = len(us) * (len(knots) - 1) * len(CHECK_S) + 3 * len(tailed(surface.at(0.0), tails, div, delta_of(0.0),
+                                                                          index).tails())  # fmt: skip
+    return surface, max(worst, tail), checked
 
 
 @lru_cache(maxsize=256)
@@ -269,7 +284,7 @@ def _delta_pieces(div, delta_of, side) -> list[tuple[float, float, float, float]
     return out
 
 
-def _geometry(side: str, star_min: float, star_max: float) -> tuple[tuple[float, float], tuple[float, float]]:
+def _geometry(side: str, star_min: float, star_max: float, left_log: bool) -> tuple[tuple, tuple]:
     r"""(far range in L, near range in λ) of a piece whose thresholds lie in [star_min, star_max].
 
     Lower (unsaturated for :math:`L < L^*`): far :math:`[2^{-120}, m]`, :math:`m = 0.6 L^*_{min}`, near up to
@@ -280,7 +295,7 @@ def _geometry(side: str, star_min: float, star_max: float) -> tuple[tuple[float,
     lam0 = 2.0 ** (octave_of(float(np.spacing(star_min))) - NEAR_OCTAVES_BELOW)
     if side == "lower":
         m = SPLIT_FRACTION * star_min
-        return (L_RANGE[0], m), (lam0, float(np.nextafter(star_max - m, math.inf)))
+        return (L_MIN_LOG if left_log else L_RANGE[0], m), (lam0, float(np.nextafter(star_max - m, math.inf)))
     m = min(2 * star_max, L_RANGE[1] / 2)
     return (m, L_RANGE[1]), (lam0, float(np.nextafter(m - star_min, math.inf)))
 
@@ -331,7 +346,7 @@ class _PieceSampler:
         return far_err, near_err, bound, delta
 
 
-def _split_surface(sampler, far_range, near_range, levels, n, kind, target, u_range) -> SplitSurface:
+def _split_surface(sampler, far_range, near_range, levels, n, kind, target, u_range, tails) -> SplitSurface:
     far_kind = RATIO if kind == SPLIT_LOWER else LOG_R
     far_knots, near_knots = octave_grid(*far_range, levels[0]), octave_grid(*near_range, levels[1])
     rows = [sampler.samples(far_knots, near_knots, float(v), far_kind) for v in lobatto(n)]
@@ -340,9 +355,11 @@ def _split_surface(sampler, far_range, near_range, levels, n, kind, target, u_ra
         raise ValueError(f"{sampler.div.name} {sampler.side} bound: non-finite node data in the 2-D table")
     tau = target * THRESHOLD
     parts = []
-    for knots, lev, values, slopes in ((far_knots, levels[0], *data[:2]), (near_knots, levels[1], *data[2:])):
+    for knots, lev, values, slopes, t in ((far_knots, levels[0], *data[:2], tails),
+                                          (near_knots, levels[1], *data[2:], (False, False))):  # fmt: skip
         w = np.maximum(np.diff(knots, prepend=knots[0]), np.diff(knots, append=knots[-1]))
-        parts.append(Surface(knots, lev.copy(), _coefficients(values, tau), _coefficients(slopes, tau / w), far_kind))
+        parts.append(Surface(knots, lev.copy(), _coefficients(values, tau), _coefficients(slopes, tau / w), far_kind,
+                             t))  # fmt: skip
     return SplitSurface(parts[0], parts[1], kind, sampler.gamma, u_range)
 
 
@@ -356,7 +373,7 @@ def _octave_errors(sampler, piece, vs, levels) -> tuple[np.ndarray, np.ndarray]:
     return out
 
 
-def _build_split_piece(div, side, target, solve, bar, delta_of, piece_range, gamma):
+def _build_split_piece(div, side, target, solve, bar, delta_of, piece_range, gamma, tails):
     """One δ-piece of a saturating bound: octaves of both grids refined where the error at the Chebyshev nodes
     exceeds 40 % of the target, n grown while it exceeds half of it between nodes (as :func:`_build_surface`);
     certificate at nodes, a quarter, half and three quarters between them, and the tails plus the two floats
@@ -368,11 +385,11 @@ def _build_split_piece(div, side, target, solve, bar, delta_of, piece_range, gam
         return delta_of((u0 + u1) / 2 + v * (u1 - u0) / 2)
 
     sampler = _PieceSampler(div, side, solve, local_delta, (star_min, star_max), gamma)
-    far_range, near_range = _geometry(side, star_min, star_max)
+    far_range, near_range = _geometry(side, star_min, star_max, tails[0])
     n = 5
     levels = [np.zeros(n_octaves(*far_range), dtype=np.int64), np.zeros(n_octaves(*near_range), dtype=np.int64)]
     while True:
-        piece = _split_surface(sampler, far_range, near_range, levels, n, kind, target, (u0, u1))
+        piece = _split_surface(sampler, far_range, near_range, levels, n, kind, target, (u0, u1), tails)
         theta = np.pi * np.arange(n) / (n - 1)
         node = _octave_errors(sampler, piece, np.cos(theta), levels)
         mid = _octave_errors(sampler, piece, np.cos((theta[:-1] + theta[1:]) / 2), levels)
@@ -397,8 +414,8 @@ def _build_split_piece(div, side, target, solve, bar, delta_of, piece_range, gam
     worst, checked = 0.0, 0
     for v in np.cos(np.concatenate([theta, gaps])):
         far_err, near_err, bound, delta = sampler.errors(piece, float(v))
-        tails = tail_error(bound, div, delta, sampler.index)
-        worst = max(worst, float(far_err.max()), float(near_err.max()), tails)
+        bound = tailed(bound, tails, div, delta, sampler.index)
+        worst = max(worst, float(far_err.max()), float(near_err.max()), tail_error(bound, div, delta, sampler.index))
         checked += (far_err.size + near_err.size) * len(CHECK_S) + len(bound.tails())
     return piece, worst, checked
 
@@ -412,14 +429,11 @@ def _build_split_side(div, ell_range, side, target, solve, bar):
         return math.exp((lo + hi) / 2 + u * (hi - lo) / 2)
 
     middle = delta_of(0.0)
-    if tail_modes(div, middle, side, target) != (False, False):
-        raise ValueError(f"the {side} bound of {div.name} needs a logarithmic tail (its log r moves like "
-                         "1/log(1/L) as p -> 1 or like L - log L as p -> 0): not supported by 2-D tables; build "
-                         "1-D tables at the deltas you need")  # fmt: skip
+    tails = tail_modes(div, middle, side, target)
     gamma = gamma_of(div, middle, side, exact_threshold(div, middle, side)[0])
     out, worst, checked = [], 0.0, 0
     for piece_range in _delta_pieces(div, delta_of, side):
-        piece, err, count = _build_split_piece(div, side, target, solve, bar, delta_of, piece_range, gamma)
+        piece, err, count = _build_split_piece(div, side, target, solve, bar, delta_of, piece_range, gamma, tails)
         out.append(piece)
         worst, checked = max(worst, err), checked + count
     return tuple(out), worst, checked
@@ -508,11 +522,12 @@ class BandTable2D:
 
     def _bound(self, surface, side: str, u: float, delta: float):
         """One bound at ``u``; a saturating one split at its threshold, computed exactly for ``delta``."""
+        index = 1 if side == "upper" else 0
         if isinstance(surface, Surface):
-            return surface.at(u)
+            return tailed(surface.at(u), surface.tails, self.divergence, delta, index)
         piece = _piece_of(surface, u)
         _, b, lo = exact_threshold(self.divergence, delta, side)
-        return piece.bound(piece.local(u), b, lo)
+        return tailed(piece.bound(piece.local(u), b, lo), piece.far.tails, self.divergence, delta, index)
 
     def log(self, old_log_prob, delta: float):
         """(log_lower, log_upper) at ``delta``; see :meth:`BandTable.log`."""
@@ -539,6 +554,9 @@ class BandTable2D:
     def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         arrays, split = {}, {}
         for side, s in (("lower", self.lower), ("upper", self.upper)):
+            tails = s.tails if isinstance(s, Surface) else s[0].far.tails
+            if any(tails):
+                split[f"{side}_tails"] = list(tails)
             if isinstance(s, Surface):
                 arrays.update(_surface_arrays(side, s))
             else:
@@ -550,7 +568,7 @@ class BandTable2D:
         middle = self.at(math.sqrt(self.delta_range[0] * self.delta_range[1]))
         grid = bound_metadata(middle.lower, middle.upper)
         if split:
-            split["split"] = SPLIT_2D_DOC
+            split["split_and_tails"] = SPLIT_2D_DOC
             grid["lower_saturated_at_or_above_L"] = "L*(delta)" if "lower_pieces" in split else None
             grid["upper_saturated_at_or_below_L"] = "L*(delta)" if "upper_pieces" in split else None
         metadata = {
@@ -597,7 +615,7 @@ class BandTable2D:
                     raise TableFileError(f"{side} kind {meta[f'{side}_kind']} is not valid for a 2-D table")
                 surfaces[side] = _surface_from_arrays(side, arrays[f"{side}_knots"], arrays[f"{side}_levels"],
                                                       arrays[f"{side}_coef_values"], arrays[f"{side}_coef_slopes"],
-                                                      meta, kind)  # fmt: skip
+                                                      meta, kind, _tails_of(side, meta))  # fmt: skip
             table = cls(divergence=meta["divergence"], generator=meta["generator"],
                         delta_range=_check_range(meta["delta_range"]), lower=surfaces["lower"],
                         upper=surfaces["upper"], max_rel_error=meta["max_rel_error"], target=meta["target"],
@@ -621,7 +639,8 @@ SPLIT_2D_DOC = (
     "kinds 4/5: a saturating bound in delta-pieces; pieces[i] = (u0, u1, n, far knots, near knots): on u in [u0, u1] "
     "the Chebyshev variable is v = (2u - u0 - u1) / (u1 - u0), its far part (knots, levels, coef_*: next far-knots "
     "columns, first n rows) in L stores r (lower) or log r (upper), its near part (near_*) in lambda = |L - L*(delta)| "
-    "stores G = log u - gamma log(lambda) (u = r or 1 - p r); L*(delta) is recomputed for each delta (50 digits)"
+    "stores G = log u - gamma log(lambda) (u = r or 1 - p r); L*(delta) is recomputed for each delta (50 digits). "
+    "tails (left, right): logarithmic tail modes, fitted at each delta to the 50-digit oracle as in 1-D tables"
 )
 
 
@@ -642,14 +661,24 @@ def _surface_arrays(prefix: str, *surfaces: Surface) -> dict[str, np.ndarray]:
             f"{prefix}_coef_slopes": np.concatenate([padded(s.coef_slopes) for s in surfaces], axis=1)}  # fmt: skip
 
 
-def _surface_from_arrays(side, knots, levels, cv, cs, meta, kind, near=False) -> Surface:
+def _tails_of(side: str, meta) -> tuple[bool, bool]:
+    """A bound's logarithmic tail modes (left, right) from a file's metadata (absent: none)."""
+    tails = meta.get(f"{side}_tails", [False, False])
+    if not (isinstance(tails, list) and len(tails) == 2 and all(isinstance(t, bool) for t in tails)):
+        raise TableFileError(f"{side} tails must be two booleans")
+    if tails[1] and side == "lower":
+        raise TableFileError("a lower bound has no right tail mode")
+    return bool(tails[0]), bool(tails[1])
+
+
+def _surface_from_arrays(side, knots, levels, cv, cs, meta, kind, tails=(False, False), near=False) -> Surface:
     """One surface read from a file: its grid validated (a near part's in λ), coefficients matching the knots."""
     if cv.ndim != 2 or cv.shape != cs.shape or cv.shape[1] != len(knots) or not 2 <= len(cv) <= MAX_NODES:
         raise TableFileError(f"{side}: coefficient arrays do not match the knots")
     if near:
         return Surface(knots, check_near_grid(side, knots, levels), cv, cs, kind)
-    bound = bound_from_arrays(side, knots, cv[0], cs[0], levels, meta)  # validates the grid
-    return Surface(bound.knots, bound.levels, cv, cs, kind)
+    bound = bound_from_arrays(side, knots, cv[0], cs[0], levels, meta, low=L_MIN_LOG if tails[0] else None)
+    return Surface(bound.knots, bound.levels, cv, cs, kind, tails)
 
 
 def _split_from_arrays(side: str, kind: int, arrays, meta) -> tuple[SplitSurface, ...]:
@@ -676,7 +705,8 @@ def _split_from_arrays(side: str, kind: int, arrays, meta) -> tuple[SplitSurface
                 raise TableFileError(f"{prefix}: a piece needs at least 2 positive knots")
             levels = arrays[f"{prefix}_levels"][lev:lev + n_octaves(knots[0], knots[-1])]
             cv, cs = arrays[f"{prefix}_coef_values"][: int(n), cols], arrays[f"{prefix}_coef_slopes"][: int(n), cols]
-            parts.append(_surface_from_arrays(side, knots, levels, cv, cs, far_meta, far_kind, prefix != side))
+            tails = _tails_of(side, meta) if prefix == side else (False, False)
+            parts.append(_surface_from_arrays(side, knots, levels, cv, cs, far_meta, far_kind, tails, prefix != side))
             start[prefix] = [k + int(count), lev + len(levels)]
         out.append(SplitSurface(parts[0], parts[1], kind, float(gamma), (float(u0), float(u1))))
         u_end = u1
