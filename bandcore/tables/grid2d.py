@@ -39,7 +39,9 @@ no such limit and takes one piece.  :meth:`BandTable2D.at` recomputes :math:`L^*
 :math:`\lambda` from it, so the float next to :math:`L^*` reads the near part at its exact distance.  Values and
 check points within :math:`2^{-24}L^*` of the threshold come from the 50-digit solve, as for 1-D split
 tables.  The exponent :math:`\gamma` of :math:`G = \log u - \gamma\log\lambda` is measured once, at the
-middle :math:`\delta`.  Bounds that need logarithmic tails (reverse KL) are refused.
+middle :math:`\delta`.  A bound that needs logarithmic tail modes (reverse KL, :math:`(u-1)\log u`; split or
+not) gets them as a 1-D table does, fitted to the 50-digit oracle at each requested :math:`\delta`
+(:func:`tailed`).
 
 **Building and certificate.** Octaves are refined (as for 1-D tables) where the error at the Chebyshev nodes
 exceeds 40 % of the target, and :math:`n` grows (:math:`n \to 2n - 1`, nested nodes) while the error

@@ -2,14 +2,17 @@
 
 The shipped set (:data:`SHIPPED`) is 1-D tables at δ ∈ {0.01, 0.02, 0.05, 0.1, 0.2} for every catalogue
 divergence (:data:`SHIPPED_NAMES`; js and reverse_kl split at their singular saturation threshold, see
-:mod:`bandcore.tables.threshold`), α = ½, 0.7 and −1 of the α-family, and a 2-D KL table over δ ∈ [0.01, 0.2],
-all at target 1e-7, all ``.npz``, listed with
+:mod:`bandcore.tables.threshold`), α = ½, 0.7 and −1 of the α-family, and 2-D tables over
+δ ∈ [0.01, 0.2] (:data:`SHIPPED_DELTA_RANGE`) for the divergences of :data:`SHIPPED_NAMES_2D`: KL, which never
+saturates, and saturating ones, whose bounds are split at the threshold L*(δ) recomputed for each
+δ (:mod:`bandcore.tables.grid2d`); all at target 1e-7, all ``.npz``, listed with
 sizes, certified errors and checksums in ``manifest.json``.  :func:`regenerate` rebuilds them; a build depends
 on its inputs only (no clock, no thread count: ``tests/test_tables_determinism.py``), so regenerating
 unchanged code reproduces every file byte for byte;
 :func:`check_shipped` (``bandcore table check-shipped``, and a test) reports them stale when the manifest, a
 file's checksum or metadata disagree with the specification, or when the exact solver, recomputed at a sample
-of each table's knots, no longer reproduces the stored values and slopes.
+of each table's knots, no longer reproduces the stored values and slopes (for a split 2-D bound: its far knots
+and, at that δ's recomputed threshold, its near knots).
 """
 
 from __future__ import annotations
