@@ -338,8 +338,10 @@ class _PieceSampler:
         far_err = rel_log_error(bound.log(xs), far).reshape(len(bound.far.knots) - 1, -1).max(axis=1)
         near_knots = bound.near.knots
         L = bound.to_L((near_knots[:-1, None] + np.diff(near_knots)[:, None] * CHECK_S).ravel())
-        exact = exact_bound_log(bound, self.div, delta, self.index, L, self.solve,
-                                self.exact_cache.setdefault(delta, {}))  # fmt: skip
+        # below the spacing of L* many check points round to the same float L: solve each float once
+        unique, back = np.unique(L, return_inverse=True)
+        exact = exact_bound_log(bound, self.div, delta, self.index, unique, self.solve,
+                                self.exact_cache.setdefault(delta, {}))[back]  # fmt: skip
         # λ below that δ's closest float rounds L onto the saturated side, exact by the threshold's definition
         # (the float64 solver's own saturation test may differ there by its rounding)
         saturated = L >= b if self.side == "lower" else L <= b
