@@ -40,7 +40,7 @@ SHIPPED_NAMES = ("kl", "tv", "pearson", "neyman", "hellinger", "lecam", "alpha(0
 #: the standard delta grid
 SHIPPED_DELTAS = (0.01, 0.02, 0.05, 0.1, 0.2)
 #: the divergences shipped as 2-D tables over :data:`SHIPPED_DELTA_RANGE`
-SHIPPED_NAMES_2D = ("kl", "tv", "pearson", "hellinger", "lecam", "alpha(0.5)")
+SHIPPED_NAMES_2D = ("kl", "tv", "pearson", "hellinger", "lecam", "alpha(0.5)", "js")
 SHIPPED_DELTA_RANGE = (0.01, 0.2)
 #: (divergence, delta or (lo, hi), target) of every shipped table.
 SHIPPED: tuple[tuple[str, Any, float], ...] = (
