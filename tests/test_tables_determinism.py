@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bandcore import BandTable
@@ -60,3 +61,37 @@ def test_metadata_names_the_builder_not_the_package(files):
 def test_certificate_rounds_up_to_three_digits(measured, expected):
     assert certificate(measured) == expected
     assert certificate(measured) >= 1.25 * measured
+
+
+#: a saturating user generator over a small delta range: split at L*(delta) on both sides (one delta-piece each)
+CASE_2D = ("(sqrt(u) - 1)**2 + (u - 1)**2/4", (0.05, 0.052), 1e-6)
+BUILD_2D = """
+import sys
+from bandcore.tables import BandTable2D
+BandTable2D.build({formula!r}, {delta_range!r}, target={target!r}).save(sys.argv[1])
+"""
+
+
+@pytest.mark.slow  # ~45 s: two small builds
+def test_saturating_2d_user_generator_builds_the_same_with_one_thread(tmp_path):
+    """The thresholds, the 50-digit near solves and the delta-pieces depend on the inputs only; the table (a
+    user generator saturating on both sides) is within its certificate against the oracle, next to both
+    thresholds included."""
+    from bandcore.oracle import reference_band_log
+    from bandcore.tables import BandTable2D, rel_log_error
+
+    formula, delta_range, target = CASE_2D
+    table = BandTable2D.build(formula, delta_range, target=target)
+    first = table.save(tmp_path / "first.npz")
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    code = BUILD_2D.format(formula=formula, delta_range=delta_range, target=target)
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "one.npz")], env=env, check=True, timeout=600)
+    assert _sha(first) == _sha(tmp_path / "one.npz")
+    assert 0 < table.max_rel_error <= target
+    delta = 0.0511
+    one = table.at(delta)
+    lo_star, up_star = one.lower.threshold, one.upper.threshold
+    L = np.array([1e-300, 1e-6, 0.3, 30.0, 700.0, lo_star * (1 - 1e-12), np.nextafter(lo_star, 0.0),
+                  up_star * (1 + 1e-12), np.nextafter(up_star, 1.0)])  # fmt: skip
+    for approx, ref in zip(table.log(-L, delta), reference_band_log(table.divergence, -L, delta), strict=True):
+        assert rel_log_error(approx, ref).max() <= table.max_rel_error

@@ -380,6 +380,52 @@ def exact_bound_log(bound, div, delta, index, L, solve=None, cache=None) -> np.n
     return out
 
 
+def near_samples(div, delta, side, star, b, gamma, lam, solve, cache) -> tuple[np.ndarray, np.ndarray]:
+    r"""(G, dG/dλ) of a split bound's near part at the λ in ``lam`` (:mod:`bandcore.tables.threshold`), for the
+    threshold ``star`` (mpf; ``b`` its saturated float): the float64 solver at :math:`L = L^* \mp \lambda`
+    above λ = :data:`TRUST` b, the 50-digit solve below; ``cache`` maps λ to (log u, d log u/dλ) (nested grids
+    share their knots)."""
+    index = 1 if side == "upper" else 0
+    sign = -1.0 if side == "lower" else 1.0  # d lambda / dL
+    trust = TRUST * b
+    parts = pieces(div)
+
+    def float_y(L):
+        return np.asarray(solve(-np.asarray(L, dtype=np.float64), div, delta)[index], dtype=np.float64)
+
+    todo = np.array([x for x in lam if float(x) not in cache], dtype=np.float64)
+    if todo.size:
+        precise = todo < trust
+        wide = todo[~precise]
+        if wide.size:
+            with mp.workdps(DPS):
+                L = np.asarray([float(star + sign * mp.mpf(x)) for x in wide])
+            y = float_y(L)
+            with np.errstate(all="ignore"):
+                dy = parts.slope_in_L(L, y)
+                if side == "lower":
+                    t, dt = y, dy
+                else:
+                    u = -np.expm1(y - L)
+                    t, dt = np.log(u), -np.exp(y - L) * (dy - 1.0) / u
+            for x, tv, dv in zip(wide, t, dt, strict=True):
+                cache[float(x)] = (float(tv), float(dv))
+        tight = todo[precise]
+        if tight.size:
+            with mp.workdps(DPS):
+                L_mp = [star + sign * mp.mpf(x) for x in tight]
+            L_f = np.array([float(x) for x in L_mp])
+            y = float_y(L_f)
+            with np.errstate(all="ignore"):
+                guess = y if side == "lower" else np.log(-np.expm1(y - L_f))
+            t, dt = near_exact(div, delta, side, L_mp, guess)
+            for x, tv, dv in zip(tight, t, dt, strict=True):
+                cache[float(x)] = (float(tv), float(dv))
+    t = np.array([cache[float(x)][0] for x in lam])
+    dt = np.array([cache[float(x)][1] for x in lam])
+    return t - gamma * np.log(lam), sign * dt - gamma / lam
+
+
 def build_split_bound(div, delta, side, target, solve, bar, threshold, left_log=False,
                       right_log=False) -> tuple[SplitBound, float, int]:  # fmt: skip
     """One bound split at its saturation threshold: far part in L, near part in lambda = |L - L*| (see
@@ -392,48 +438,14 @@ def build_split_bound(div, delta, side, target, solve, bar, threshold, left_log=
     m, lam0, lam_m = near_range(kind, threshold, star_lo, lam0)
     far_a, far_b = (L_MIN_LOG if left_log else L_RANGE[0], m) if side == "lower" else (m, L_RANGE[1])
     far_kind = RATIO if side == "lower" else LOG_R
-    trust = TRUST * threshold
-    sign = -1.0 if side == "lower" else 1.0  # d lambda / dL
     near_cache: dict[float, tuple[float, float]] = {}
     exact_cache: dict[float, float] = {}
 
     def float_y(L):
         return np.asarray(solve(-np.asarray(L, dtype=np.float64), div, delta)[index], dtype=np.float64)
 
-    def guess_t(L):
-        y = float_y(L)
-        with np.errstate(all="ignore"):
-            return y if side == "lower" else np.log(-np.expm1(y - L))
-
     def near_values(lam):
-        """(G, dG/dlambda) at near knots, cached by knot (the grids are nested)."""
-        todo = np.array([x for x in lam if x not in near_cache], dtype=np.float64)
-        if todo.size:
-            precise = todo < trust
-            wide = todo[~precise]
-            if wide.size:
-                with mp.workdps(DPS):
-                    L = np.asarray([float(star + sign * mp.mpf(x)) for x in wide])
-                y = float_y(L)
-                with np.errstate(all="ignore"):
-                    dy = parts.slope_in_L(L, y)
-                    if side == "lower":
-                        t, dt = y, dy
-                    else:
-                        u = -np.expm1(y - L)
-                        t, dt = np.log(u), -np.exp(y - L) * (dy - 1.0) / u
-                for x, tv, dv in zip(wide, t, dt, strict=True):
-                    near_cache[float(x)] = (float(tv), float(dv))
-            tight = todo[precise]
-            if tight.size:
-                with mp.workdps(DPS):
-                    L_mp = [star + sign * mp.mpf(x) for x in tight]
-                t, dt = near_exact(div, delta, side, L_mp, guess_t(np.array([float(x) for x in L_mp])))
-                for x, tv, dv in zip(tight, t, dt, strict=True):
-                    near_cache[float(x)] = (float(tv), float(dv))
-        t = np.array([near_cache[float(x)][0] for x in lam])
-        dt = np.array([near_cache[float(x)][1] for x in lam])
-        return t - gamma * np.log(lam), sign * dt - gamma / lam
+        return near_samples(div, delta, side, star, threshold, gamma, lam, solve, near_cache)
 
     def exact_at(L, bound):
         return exact_bound_log(bound, div, delta, index, L, solve, exact_cache)
@@ -586,16 +598,7 @@ def split_from_arrays(side, arrays, meta):
 
     far = replace(far, **tails) if tails else far
     nk = arrays[f"{side}_near_knots"]
-    if nk.ndim != 1 or len(nk) < 2 or np.any(np.diff(nk) <= 0) or (not 0 < nk[0] and nk[-1] <= L_RANGE[1]):
-        raise TableFileError(f"{side} near knots must be positive and strictly increasing")
-    nl = arrays[f"{side}_near_levels"]
-    if nl.ndim != 1 or not (np.all(nl == np.round(nl)) and np.all((nl >= 0) & (nl <= MAX_LEVEL))):
-        raise TableFileError(f"{side} near levels must be integers in [0, {MAX_LEVEL}]")
-    nl = nl.astype(np.int64)
-    if len(nl) != n_octaves(nk[0], nk[-1]) or grid_size(nk[0], nk[-1], nl) != len(nk):
-        raise TableFileError(f"{side} near levels do not describe its near knots")
-    if not np.array_equal(octave_grid(nk[0], nk[-1], nl), nk):
-        raise TableFileError(f"{side} near knots are not the octave grid of their levels")
+    nl = check_near_grid(side, nk, arrays[f"{side}_near_levels"])
     nv, ns = arrays[f"{side}_near_values"], arrays[f"{side}_near_slopes"]
     if nv.shape != nk.shape or ns.shape != nk.shape:
         raise TableFileError(f"{side} near values/slopes do not match its near knots")
@@ -603,6 +606,20 @@ def split_from_arrays(side, arrays, meta):
     if m != (star_hi / 2 if side == "lower" else min(2 * star_hi, L_RANGE[1] / 2)):
         raise TableFileError(f"{side}: the far part does not end at the split point")
     return SplitBound(far, NearPart(nk, nv, ns, nl), kind, star_hi, star_lo, float(gamma))
+
+
+def check_near_grid(side: str, nk: np.ndarray, nl: np.ndarray) -> np.ndarray:
+    """Validate a near part's knots (in λ) and octave levels read from a file; the levels as integers."""
+    if nk.ndim != 1 or len(nk) < 2 or np.any(np.diff(nk) <= 0) or (not 0 < nk[0] and nk[-1] <= L_RANGE[1]):
+        raise TableFileError(f"{side} near knots must be positive and strictly increasing")
+    if nl.ndim != 1 or not (np.all(nl == np.round(nl)) and np.all((nl >= 0) & (nl <= MAX_LEVEL))):
+        raise TableFileError(f"{side} near levels must be integers in [0, {MAX_LEVEL}]")
+    nl = nl.astype(np.int64)
+    if len(nl) != n_octaves(nk[0], nk[-1]) or grid_size(nk[0], nk[-1], nl) != len(nk):
+        raise TableFileError(f"{side} near levels do not describe its near knots")
+    if not np.array_equal(octave_grid(nk[0], nk[-1], nl), nk):
+        raise TableFileError(f"{side} near knots are not the octave grid of their levels")
+    return nl
 
 
 def bound_from_arrays(side, knots, values, slopes, levels, meta, low=None) -> TabulatedBound:

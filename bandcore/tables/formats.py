@@ -45,7 +45,8 @@ SHIPPED_DIR = Path(str(files("bandcore.tables") / "data"))
 _SIDES = ("lower", "upper")
 ARRAYS = {
     "1d": tuple(f"{s}_{n}{k}" for s in _SIDES for n in ("", "near_") for k in ("knots", "values", "slopes", "levels")),
-    "2d": tuple(f"{s}_{k}" for s in _SIDES for k in ("knots", "levels", "coef_values", "coef_slopes")),
+    "2d": tuple(f"{s}_{n}{k}" for s in _SIDES for n in ("", "near_")
+                for k in ("knots", "levels", "coef_values", "coef_slopes")),
 }
 _NPY_HEADER_BYTES = 4096  # the .npy header of a float64 vector or matrix is 128 bytes
 

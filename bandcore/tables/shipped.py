@@ -2,14 +2,17 @@
 
 The shipped set (:data:`SHIPPED`) is 1-D tables at δ ∈ {0.01, 0.02, 0.05, 0.1, 0.2} for every catalogue
 divergence (:data:`SHIPPED_NAMES`; js and reverse_kl split at their singular saturation threshold, see
-:mod:`bandcore.tables.threshold`), α = ½, 0.7 and −1 of the α-family, and a 2-D KL table over δ ∈ [0.01, 0.2],
-all at target 1e-7, all ``.npz``, listed with
+:mod:`bandcore.tables.threshold`), α = ½, 0.7 and −1 of the α-family, and 2-D tables over
+δ ∈ [0.01, 0.2] (:data:`SHIPPED_DELTA_RANGE`) for the divergences of :data:`SHIPPED_NAMES_2D`: KL, which never
+saturates, and saturating ones, whose bounds are split at the threshold L*(δ) recomputed for each
+δ (:mod:`bandcore.tables.grid2d`); all at target 1e-7, all ``.npz``, listed with
 sizes, certified errors and checksums in ``manifest.json``.  :func:`regenerate` rebuilds them; a build depends
 on its inputs only (no clock, no thread count: ``tests/test_tables_determinism.py``), so regenerating
 unchanged code reproduces every file byte for byte;
 :func:`check_shipped` (``bandcore table check-shipped``, and a test) reports them stale when the manifest, a
 file's checksum or metadata disagree with the specification, or when the exact solver, recomputed at a sample
-of each table's knots, no longer reproduces the stored values and slopes.
+of each table's knots, no longer reproduces the stored values and slopes (for a split 2-D bound: its far knots
+and, at that δ's recomputed threshold, its near knots).
 """
 
 from __future__ import annotations
@@ -21,24 +24,28 @@ from typing import Any
 
 import numpy as np
 
-from .bounds import L_RANGE, exact_solver, stored
+from .bounds import L_RANGE, exact_solver, near_samples, stored
 from .formats import FORMAT_VERSION, SHIPPED_DIR, read_table, shipped_name
-from .grid2d import THRESHOLD, lobatto
+from .grid2d import THRESHOLD, exact_threshold, lobatto
 from .pieces import pieces
 from .table import BandTable
 from .threshold import SplitBound, threshold_dd
 
-__all__ = ["MANIFEST", "SHIPPED", "SHIPPED_DELTAS", "SHIPPED_DIR", "SHIPPED_NAMES", "check_shipped", "regenerate"]
+__all__ = ["MANIFEST", "SHIPPED", "SHIPPED_DELTAS", "SHIPPED_DELTA_RANGE", "SHIPPED_DIR", "SHIPPED_NAMES",
+           "SHIPPED_NAMES_2D", "check_shipped", "regenerate"]  # fmt: skip
 
 #: the divergences shipped as 1-D tables at every delta of :data:`SHIPPED_DELTAS`
 SHIPPED_NAMES = ("kl", "tv", "pearson", "neyman", "hellinger", "lecam", "alpha(0.5)", "alpha(-1)", "js",
                  "reverse_kl", "alpha(0.7)")  # fmt: skip
 #: the standard delta grid
 SHIPPED_DELTAS = (0.01, 0.02, 0.05, 0.1, 0.2)
+#: the divergences shipped as 2-D tables over :data:`SHIPPED_DELTA_RANGE`
+SHIPPED_NAMES_2D = ("kl", "tv", "pearson", "hellinger", "lecam", "alpha(0.5)", "js")
+SHIPPED_DELTA_RANGE = (0.01, 0.2)
 #: (divergence, delta or (lo, hi), target) of every shipped table.
 SHIPPED: tuple[tuple[str, Any, float], ...] = (
     *((name, delta, 1e-7) for name in SHIPPED_NAMES for delta in SHIPPED_DELTAS),
-    ("kl", (0.01, 0.2), 1e-7),
+    *((name, SHIPPED_DELTA_RANGE, 1e-7) for name in SHIPPED_NAMES_2D),
 )
 MANIFEST = "manifest.json"
 
@@ -113,29 +120,44 @@ def _recompute_1d(table: BandTable, k: int, seed: int) -> float:
 
 
 def _recompute_2d(table, k: int, seed: int) -> float:
-    """As :func:`_recompute_1d` at a random Chebyshev node in δ, beyond the coefficients' rounding allowance
-    (n · threshold: every coefficient is within the threshold of its exact value, and |T_k| <= 1)."""
+    """As :func:`_recompute_1d` at a random Chebyshev node in δ (of a random δ-piece of a saturating bound: far
+    knots by the float64 solver, near knots by :func:`~bandcore.tables.bounds.near_samples` at that δ's exact
+    threshold), beyond the coefficients' rounding allowance (n · threshold: every coefficient is within the
+    threshold of its exact value, and |T_k| <= 1)."""
     solve = exact_solver()
     div = table.divergence
     parts = pieces(div)
     rng = np.random.default_rng(seed)
     lo, hi = (math.log(d) for d in table.delta_range)
     worst = 0.0
-    for index, surface in ((0, table.lower), (1, table.upper)):
-        n = len(surface.coef_values)
-        u = float(lobatto(n)[int(rng.integers(0, n))])
-        idx = _sample_knots(len(surface.knots), k, seed + index)
-        L = surface.knots[idx]
-        y = np.asarray(solve(-L, div, math.exp((lo + hi) / 2 + u * (hi - lo) / 2))[index])
-        values, slopes = stored(surface.kind, L, y, parts)
-        at_u = surface.at(u)
-        knots = surface.knots
-        w = np.maximum(np.diff(knots, prepend=knots[0]), np.diff(knots, append=knots[-1]))
-        scale = np.maximum(1.0, np.abs(values))
-        mismatch = max(np.max(np.abs(values - at_u.values[idx]) / scale),
-                       np.max(np.abs(slopes - at_u.slopes[idx]) * w[idx] / scale))  # fmt: skip
-        worst = max(worst, float(mismatch) - n * table.target * THRESHOLD)
+    for index, side in enumerate(("lower", "upper")):
+        surface = getattr(table, side)
+        piece = surface[int(rng.integers(0, len(surface)))] if isinstance(surface, tuple) else None
+        grid = surface if piece is None else piece.far
+        n = len(grid.coef_values)
+        v = float(lobatto(n)[int(rng.integers(0, n))])
+        u = v if piece is None else (sum(piece.u_range) + v * (piece.u_range[1] - piece.u_range[0])) / 2
+        delta = math.exp((lo + hi) / 2 + u * (hi - lo) / 2)
+        idx = _sample_knots(len(grid.knots), k, seed + index)
+        L = grid.knots[idx]
+        values, slopes = stored(grid.kind, L, np.asarray(solve(-L, div, delta)[index]), parts)
+        worst = max(worst, _mismatch(grid, v, idx, values, slopes) - n * table.target * THRESHOLD)
+        if piece is not None:
+            star, b, _ = exact_threshold(div, delta, side)
+            idx = _sample_knots(len(piece.near.knots), k, seed + index)
+            values, slopes = near_samples(div, delta, side, star, b, piece.gamma, piece.near.knots[idx], solve, {})
+            worst = max(worst, _mismatch(piece.near, v, idx, values, slopes) - n * table.target * THRESHOLD)
     return worst
+
+
+def _mismatch(surface, v: float, idx: np.ndarray, values: np.ndarray, slopes: np.ndarray) -> float:
+    """Largest relative difference of recomputed values and slopes (times the cell width) at knots ``idx``."""
+    at_v = surface.at(v)
+    knots = surface.knots
+    w = np.maximum(np.diff(knots, prepend=knots[0]), np.diff(knots, append=knots[-1]))
+    scale = np.maximum(1.0, np.abs(values))
+    return float(max(np.max(np.abs(values - at_v.values[idx]) / scale),
+                     np.max(np.abs(slopes - at_v.slopes[idx]) * w[idx] / scale)))  # fmt: skip
 
 
 def check_shipped(directory: Path = SHIPPED_DIR, *, knots_per_table: int = 24, tol: float = 1e-9) -> list[str]:
