@@ -11,27 +11,37 @@ def load(path):
         return {k: z[k] for k in z.files if k != "__metadata__"}, json.loads(z["__metadata__"].tobytes())
 
 
-def bound(a, meta, side, L):
-    k, v, d, kind = a[side + "_knots"], a[side + "_values"], a[side + "_slopes"], meta[side + "_kind"]
-    if kind > 3 or side + "_left_tail" in meta or side + "_right_tail" in meta:  # js, reverse_kl, alpha(0.7)
-        raise ValueError("a bound split at its threshold or with logarithmic tails: read it with bandcore")
-    j = np.clip(np.searchsorted(k, L) - 1, 0, len(k) - 2)
+def hermite(k, v, d, x):  # cubic Hermite on knots k (values v, slopes d); end value left of k, end tangent right
+    j = np.clip(np.searchsorted(k, x) - 1, 0, len(k) - 2)
     w = k[j + 1] - k[j]
-    s = np.clip((L - k[j]) / w, 0, 1)  # cubic Hermite in L = -log p on [k_j, k_j+1], slopes dF/dL
+    s = np.clip((x - k[j]) / w, 0, 1)
     f = (2*s**3 - 3*s**2 + 1)*v[j] + (s**3 - 2*s**2 + s)*w*d[j] + (3*s**2 - 2*s**3)*v[j+1] + (s**3 - s**2)*w*d[j+1]
-    with np.errstate(invalid="ignore"):  # left of the knots: first value; right: tangent in L
-        f = np.where(L <= k[0], v[0], np.where(L >= k[-1], v[-1] + (d[-1] * (L - k[-1]) if d[-1] else 0), f))
-    with np.errstate(divide="ignore", over="ignore"):  # stored: log r (0, 3) | r (1) | log(-log r) (2)
-        y = f if kind == 0 else np.log(np.clip(f, 0, 1)) if kind == 1 else -np.exp(f) if kind == 2 else np.minimum(f, 0)
-    if side == "upper":
-        y = np.minimum(np.maximum(y, 0), L)  # 1 <= r_up <= 1/p
-        return y if meta["upper_saturated_at_or_below_L"] is None else np.where(L <= k[0], L, y)  # r = 1/p
-    return y if meta["lower_saturated_at_or_above_L"] is None else np.where(L >= k[-1], -np.inf, y)  # r = 0
+    with np.errstate(invalid="ignore"):
+        return np.where(x <= k[0], v[0], np.where(x >= k[-1], v[-1] + (d[-1] * (x - k[-1]) if d[-1] else 0), f))
+
+
+def bound(a, meta, side, L):
+    k, kind, near = a[side + "_knots"], meta[side + "_kind"], side + "_near_"
+    if side + "_left_tail" in meta or side + "_right_tail" in meta:  # reverse_kl, (u-1)*log(u), ...
+        raise ValueError("a bound with logarithmic tails: read it with bandcore")
+    f = hermite(k, a[side + "_values"], a[side + "_slopes"], L)  # stored: log r (0, 3, 5), r (1, 4), log(-log r) (2)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        y = {0: f, 5: f, 3: np.minimum(f, 0), 2: -np.exp(f)}.get(kind, np.log(np.clip(f, 0, 1)))
+        if kind > 3:  # split at L* = hi + lo: near it G(lam) = log u - gamma log lam, lam = |L - L*|, u = r | 1 - p r
+            (hi, lo), nk = meta[side + "_threshold"], a[near + "knots"]
+            lam = (hi - L) + lo if kind == 4 else (L - hi) - lo
+            g = hermite(nk, a[near + "values"], a[near + "slopes"], lam)
+            g = np.minimum(g + meta[side + "_gamma"] * np.log(np.maximum(lam, nk[0])), 0)
+            y = np.where(L < k[-1], y, g) if kind == 4 else np.where(L >= k[0], y, L + np.log1p(-np.exp(g)))
+    if side == "upper":  # 1 <= r_up <= 1/p, r = 1/p where saturated
+        y, sat = np.minimum(np.maximum(y, 0), L), meta["upper_saturated_at_or_below_L"]
+        return y if sat is None else np.where(L <= sat, L, y)
+    sat = meta["lower_saturated_at_or_above_L"]  # r = 0 where saturated
+    return y if sat is None else np.where(L >= sat, -np.inf, y)
 
 
 def band_log(path, old_log_prob):
-    a, meta = load(path)
-    L = np.maximum(-np.asarray(old_log_prob, dtype=np.float64), 0.0)  # L = -log p, exact
+    (a, meta), L = load(path), np.maximum(-np.asarray(old_log_prob, dtype=np.float64), 0.0)  # L = -log p, exact
     return bound(a, meta, "lower", L), bound(a, meta, "upper", L)
 
 

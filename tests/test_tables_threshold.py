@@ -53,6 +53,21 @@ def test_js_next_to_the_threshold_against_the_oracle(js, side):
     assert np.all(np.isneginf(lo)) if side == "lower" else np.array_equal(up, L_sat)
 
 
+@pytest.mark.parametrize("name", ["tv", "pearson", "hellinger", "lecam", "alpha(0.5)"])
+@pytest.mark.parametrize("delta", [0.01, 0.2])
+def test_saturating_lower_bounds_are_split_and_exact_next_to_the_threshold(name, delta):
+    """r falls to 0 at the lower threshold, linearly (tv, pearson, lecam) or like λ² (hellinger, alpha(0.5)):
+    the shipped 1-D tables split that bound there, so log r stays within the certificate down to the float64
+    next to L* (a plain cubic in r erred by up to 4.5e-2 there, against a certificate of 5e-8)."""
+    table = BandTable.shipped(name, delta)
+    assert isinstance(table.lower, SplitBound) and table.lower.kind == SPLIT_LOWER
+    L = _near_threshold(table.lower.threshold, "lower")
+    exact = reference_band_log(name, -L, delta)[0]
+    approx = table.log(-L)[0]
+    assert np.all(np.isfinite(approx))
+    assert rel_log_error(approx, exact).max() <= table.max_rel_error
+
+
 def test_split_table_round_trips_and_backends_agree(js, tmp_path):
     log_p = -np.concatenate([_near_threshold(js.lower.threshold, "lower"), np.logspace(-300, 3, 200)])
     for suffix in (".npz", ".json"):

@@ -45,15 +45,16 @@ both (or whose cubic in L does not reach the target) is split at its threshold i
 (:mod:`bandcore.tables.threshold`: kinds 4 and 5, octave cells in :math:`\lambda = |L - L^*|` storing
 :math:`\log u - \gamma\log\lambda`).
 
-**Limit at a γ = 2 lower threshold** (Hellinger, α = ½).  :math:`r \propto \varepsilon^2` is smooth and
-the cubic of the last cell (width :math:`w`, value and slope 0 at :math:`L^*`) is accurate, but the kernel
-evaluates it in Horner form from the cell's *left* knot, where :math:`r \sim w^2`: the sum cancels to
-:math:`r \sim \varepsilon^2` with an absolute error :math:`\sim 10^{-16} w^2`, a relative one
-:math:`\sim 10^{-16}(w/\varepsilon)^2`.  With :math:`w \approx 6\cdot10^{-4}` that is
-:math:`|\Delta\log r|/|\log r| \approx 3\cdot10^{-7}` at :math:`\varepsilon = 10^{-9}L^*` (and
-:math:`3\cdot10^{-5}` at :math:`10^{-10}L^*`), beyond the certificate, which samples 11 points per cell.
-Storing :math:`\sqrt r` (linear in :math:`\varepsilon`), or evaluating a cell from its nearer knot, would
-remove it; both are kernel changes.
+**Why every saturating lower bound is split anyway.**  Even where :math:`r` is analytic in :math:`\varepsilon`
+(TV, Pearson, Le Cam: :math:`r \propto \varepsilon`; Hellinger: :math:`r \propto \varepsilon^2`), a cubic for
+:math:`r` in L has a small *absolute* error, and :math:`\log r` inherits it divided by :math:`r \to 0`: the
+Horner sum of the last cell, taken from its left knot where :math:`r \sim w^{\gamma}`, cancels down to
+:math:`r \sim \varepsilon^{\gamma}` with an absolute error :math:`\sim 10^{-16} w^{\gamma}`.  Plain tables of
+:math:`r` erred by :math:`4.5\cdot10^{-6}` at :math:`10^{-9}L^*` (TV, δ = 0.05) and read 0 instead of
+:math:`r > 0` (Hellinger, :math:`10^{-12}L^*`), beyond their certificate of :math:`5\cdot10^{-8}`, which samples
+11 points per cell.  So :func:`bandcore.tables.bounds.bound_domain` splits every lower bound that saturates;
+the near part stores :math:`\log r - \gamma\log\lambda`, exact in relative terms down to the float next to
+:math:`L^*`.
 """
 
 from __future__ import annotations

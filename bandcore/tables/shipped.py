@@ -1,12 +1,12 @@
 """The tables shipped in the package (``bandcore/tables/data``): their specification, regeneration, freshness.
 
 The shipped set (:data:`SHIPPED`) is 1-D tables at δ ∈ {0.01, 0.02, 0.05, 0.1, 0.2} for every catalogue
-divergence (:data:`SHIPPED_NAMES`; js and reverse_kl split at their singular saturation threshold, see
-:mod:`bandcore.tables.threshold`), α = ½, 0.7 and −1 of the α-family, and 2-D tables over
-δ ∈ [0.01, 0.2] (:data:`SHIPPED_DELTA_RANGE`) for the divergences of :data:`SHIPPED_NAMES_2D`: KL, which never
-saturates, and saturating ones, whose bounds are split at the threshold L*(δ) recomputed for each
-δ (:mod:`bandcore.tables.grid2d`); all at target 1e-7, all ``.npz``, listed with
-sizes, certified errors and checksums in ``manifest.json``.  :func:`regenerate` rebuilds them; a build depends
+divergence (:data:`SHIPPED_NAMES`; every saturating lower bound, and the singular upper bounds of js and
+reverse_kl, split at the saturation threshold, see :mod:`bandcore.tables.threshold`), α = ½, 0.7 and −1 of
+the α-family, and 2-D tables over δ ∈ [0.01, 0.2] (:data:`SHIPPED_DELTA_RANGE`) for the divergences of
+:data:`SHIPPED_NAMES_2D`: KL, which never saturates, and saturating ones, whose bounds are split at the
+threshold L*(δ) recomputed for each δ (:mod:`bandcore.tables.grid2d`); all at target 1e-7, all ``.npz``, listed
+with sizes, certified errors and checksums in ``manifest.json``.  :func:`regenerate` rebuilds them; a build depends
 on its inputs only (no clock, no thread count: ``tests/test_tables_determinism.py``), so regenerating
 unchanged code reproduces every file byte for byte;
 :func:`check_shipped` (``bandcore table check-shipped``, and a test) reports them stale when the manifest, a
