@@ -53,7 +53,7 @@ def horner_cells(knots: np.ndarray, values: np.ndarray, slopes: np.ndarray) -> n
 
 #: Entries of ``fm`` / ``im`` in the longest layout (a split bound with tails, :mod:`.lookup`).
 #: :meth:`KernelBound.arrays` pads every bound to it with zeros (tail modes and split fields unused), and the
-#: Numba kernels copy them into tuples once per block (:func:`bandcore.kernels.backends`): passed by value, they
+#: Numba kernels copy them into tuples once per block (:mod:`bandcore.kernels.backends`): passed by value, they
 #: stay in registers for the whole loop, whereas array entries are reloaded for every token (a store to the
 #: outputs might alias them) and every branch on them is taken per token
 FM_SIZE, IM_SIZE = 17, 12

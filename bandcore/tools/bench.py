@@ -221,11 +221,11 @@ def _thread_note(threads: int, sizes: tuple[int, ...]) -> str:
         f"Numba, torch (published solver, torch backend), the table kernels and the torch/Numba copies are set to "
         f"{threads} thread(s); the NumPy backend and NumPy's copy are single-threaded"
     )
-    small = [] if threads == 1 else [
-        f"at {SERIAL_MAX:,} tokens or fewer bandcore's Numba drivers run serially" if min(sizes) <= SERIAL_MAX else "",
-        "torch splits element-wise work into chunks of 32,768 elements" if min(sizes) <= TORCH_GRAIN else "",
-    ]  # fmt: skip
-    small = [part for part in small if part]
+    small = []
+    if threads > 1 and min(sizes) <= SERIAL_MAX:
+        small.append(f"at {SERIAL_MAX:,} tokens or fewer bandcore's Numba drivers run serially")
+    if threads > 1 and min(sizes) <= TORCH_GRAIN:
+        small.append(f"torch splits element-wise work into chunks of {TORCH_GRAIN:,} elements")
     if small:
         text = " and ".join(small)
         note += f". {text[0].upper()}{text[1:]}, so those calls use one thread whatever the setting"
