@@ -173,6 +173,19 @@ def _relabelled(name: str, generator: str | None = None, **meta):
     return make
 
 
+def _near_knots(change):
+    """tv at 0.05 (its lower bound is split at the threshold) with the near part's knots changed."""
+
+    def make(path):
+        from bandcore.tables import write_table
+
+        arrays, metadata = BandTable.shipped("tv", 0.05).to_arrays()
+        arrays["lower_near_knots"] = change(arrays["lower_near_knots"])
+        return write_table(path, arrays, metadata)
+
+    return make
+
+
 def _huge_levels(path):
     from bandcore.tables import write_table
 
@@ -198,6 +211,9 @@ HOSTILE = [
     ("values of kl labelled pearson", _relabelled("pearson", "(u - 1)**2"), "does not hold the Band"),
     ("values of kl labelled delta 0.1", _relabelled("kl", delta=0.1), "does not hold the Band"),
     ("certificate above the target", _relabelled("kl", max_rel_error=1e-3), "certified error"),
+    ("near knots not positive", _near_knots(lambda k: k - k[0]), "near knots must be positive"),
+    ("near knots beyond the range", _near_knots(lambda k: k * (1e4 / k[-1])), "at most 680"),
+    ("near knots NaN", _near_knots(lambda k: np.where(k == k[-1], np.nan, k)), "non-finite table entries"),
 ]
 
 

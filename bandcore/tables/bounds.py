@@ -615,8 +615,8 @@ def split_from_arrays(side, arrays, meta):
 
 def check_near_grid(side: str, nk: np.ndarray, nl: np.ndarray) -> np.ndarray:
     """Validate a near part's knots (in λ) and octave levels read from a file; the levels as integers."""
-    if nk.ndim != 1 or len(nk) < 2 or np.any(np.diff(nk) <= 0) or (not 0 < nk[0] and nk[-1] <= L_RANGE[1]):
-        raise TableFileError(f"{side} near knots must be positive and strictly increasing")
+    if nk.ndim != 1 or len(nk) < 2 or np.any(np.diff(nk) <= 0) or not (0 < nk[0] and nk[-1] <= L_RANGE[1]):
+        raise TableFileError(f"{side} near knots must be positive, strictly increasing and at most {L_RANGE[1]}")
     if nl.ndim != 1 or not (np.all(nl == np.round(nl)) and np.all((nl >= 0) & (nl <= MAX_LEVEL))):
         raise TableFileError(f"{side} near levels must be integers in [0, {MAX_LEVEL}]")
     nl = nl.astype(np.int64)
