@@ -109,6 +109,8 @@ def test_2d_refuses_bad_ranges_clearly():
         BandTable.build("tv", (0.2, 0.01))
     with pytest.raises(ValueError, match="saturates on all of L"):
         BandTable.build("tv", (0.5, 2.0))  # tv's lower bound is 0 for every p once delta >= 1
+    with pytest.raises(ValueError, match=r"threshold moves too far .* for 24 pieces .*build narrower ranges"):
+        BandTable.build("tv", (1e-8, 0.999))  # L* from 18.4 to 0.001: refused before any table work
 
 
 @pytest.mark.slow  # ~20 s

@@ -12,7 +12,7 @@ import pytest
 from bandcore import BandTable
 from bandcore.cli import main
 from bandcore.tables.formats import SHIPPED_DIR, SUFFIXES, TableFileError, checksum
-from bandcore.tables.limits import MAX_OCTAVES
+from bandcore.tables.limits import MAX_OCTAVES, MAX_PIECES
 from bandcore.tables.shipped import SHIPPED, check_shipped
 
 LOG_P = np.concatenate([-np.logspace(-12, 2.8, 300), [0.0, -1e-300, -700.0]])
@@ -103,7 +103,8 @@ def test_shipped_tables_are_fresh_and_small():
         size = (SHIPPED_DIR / entry["file"]).stat().st_size
         assert size == entry["bytes"]
         # Hellinger at 0.02: 1,421 knots, 25 KB; reverse_kl at 0.01: 2,495 knots (its left grid runs to 2^-1022), 43 KB
-        assert size < (150_000 if entry["table"] == "2d" else 50_000)  # js over delta: 4 + 1 delta-pieces, 136 KB
+        # over delta: js 4 + 1 delta-pieces, 136 KB; reverse_kl 3 + 1 with logarithmic tails, 197 KB
+        assert size < (210_000 if entry["table"] == "2d" else 50_000)
 
 
 def test_stale_table_is_detected(tmp_path):
@@ -184,6 +185,19 @@ def _near_knots(change):
         return write_table(path, arrays, metadata)
 
     return make
+
+
+def test_2d_levels_are_limited_by_the_pieces_a_table_may_hold(tmp_path):
+    """A split 2-D bound stores the levels of each of its δ-pieces (reverse KL's lower bound: 3 pieces with
+    logarithmic tails, 3,069 levels); beyond MAX_PIECES pieces of MAX_OCTAVES levels a file is refused."""
+    from bandcore.tables import write_table
+
+    assert len(BandTable.shipped("reverse_kl", (0.01, 0.2)).to_arrays()[0]["lower_levels"]) > MAX_OCTAVES
+    arrays, metadata = BandTable.shipped("tv", (0.01, 0.2)).to_arrays()
+    arrays["lower_levels"] = np.zeros(MAX_OCTAVES * MAX_PIECES + 1)
+    path = write_table(tmp_path / "t.npz", arrays, metadata)
+    with pytest.raises(TableFileError, match=r"lower_levels.* above the limit"):
+        BandTable.load(path)
 
 
 def _huge_levels(path):

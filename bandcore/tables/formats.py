@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .limits import MAX_FILE_BYTES, MAX_KNOTS, MAX_KNOTS_2D, MAX_METADATA_BYTES, MAX_NODES, MAX_OCTAVES
+from .limits import MAX_FILE_BYTES, MAX_KNOTS, MAX_KNOTS_2D, MAX_METADATA_BYTES, MAX_NODES, MAX_OCTAVES, MAX_PIECES
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SHIPPED_DIR", "SUFFIXES", "TableFileError", "array_limit", "checksum",
            "file_stem", "read_table", "shipped_name", "write_table"]  # fmt: skip
@@ -84,8 +84,8 @@ def array_limit(kind: Any, name: str, knots: int | None = None) -> int:
         raise KeyError(name)
     max_knots = MAX_KNOTS if kind == "1d" else MAX_KNOTS_2D
     field = name.split("_", 1)[1].removeprefix("near_")  # the near part of a bound split at its threshold
-    if field == "levels":
-        return MAX_OCTAVES
+    if field == "levels":  # a 2-D bound split at its threshold stores the levels of each of its delta-pieces
+        return MAX_OCTAVES * (MAX_PIECES if kind == "2d" else 1)
     if field.startswith("coef_"):
         return MAX_NODES * (max_knots if knots is None else min(knots, max_knots))
     return max_knots if knots is None or field == "knots" else min(knots, max_knots)

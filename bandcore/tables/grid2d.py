@@ -75,6 +75,7 @@ from .bounds import (
     LOG_R_LOWER,
     RATIO,
     TabulatedBound,
+    TargetNotReached,
     bound_from_arrays,
     bound_metadata,
     builder_of,
@@ -97,7 +98,7 @@ from .bounds import (
 )  # fmt: skip
 from .evaluate import octave_grid, octave_of
 from .formats import TableFileError, write_table
-from .limits import MAX_KNOTS, MAX_NODES
+from .limits import MAX_KNOTS, MAX_KNOTS_2D, MAX_NODES, MAX_PIECES
 from .pieces import pieces, saturation_threshold
 from .shape import lower_tail_kind
 from .table import BUILDERS, LOADERS, SPOT_CHECKS, BandTable, check_certificate
@@ -271,6 +272,13 @@ def _delta_pieces(div, delta_of, side) -> list[tuple[float, float, float, float]
 
     if side == "upper":
         return [(-1.0, 1.0, min(star(-1.0), star(1.0)), max(star(-1.0), star(1.0)))]
+
+    def too_many() -> ValueError:
+        return ValueError(f"{div.name} lower bound: its threshold moves too far over this delta range for "
+                          f"{MAX_PIECES} pieces (by {star(-1.0) / star(1.0):.3g}x); build narrower ranges")
+
+    if star(-1.0) > PIECE_RATIO**MAX_PIECES * star(1.0):
+        raise too_many()
     out, u0 = [], -1.0
     while u0 < 1.0:
         first, good, bad = star(u0), 1.0, 1.0
@@ -283,6 +291,8 @@ def _delta_pieces(div, delta_of, side) -> list[tuple[float, float, float, float]
                 raise ValueError(f"{div.name} lower threshold moves too fast in delta at {delta_of(u0):g}")
         out.append((u0, good, star(good), first))
         u0 = good
+        if len(out) == MAX_PIECES and u0 < 1.0:
+            raise too_many()
     return out
 
 
@@ -440,6 +450,10 @@ def _build_split_side(div, ell_range, side, target, solve, bar):
         piece, err, count = _build_split_piece(div, side, target, solve, bar, delta_of, piece_range, gamma, tails)
         out.append(piece)
         worst, checked = max(worst, err), checked + count
+        knots = max(sum(len(p.far.knots) for p in out), sum(len(p.near.knots) for p in out))
+        if knots > MAX_KNOTS_2D:
+            raise TargetNotReached(f"{div.name} {side} bound: its delta-pieces need more than {MAX_KNOTS_2D} knots "
+                                   f"for the target {target:g}; build narrower delta ranges or a larger target")
     return tuple(out), worst, checked
 
 

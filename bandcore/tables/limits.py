@@ -5,7 +5,7 @@ from __future__ import annotations
 from .evaluate import MAX_LEVEL, octave_of
 
 __all__ = ["L_RANGE", "MAX_FILE_BYTES", "MAX_KNOTS", "MAX_KNOTS_2D", "MAX_LEVEL", "MAX_METADATA_BYTES", "MAX_NODES",
-           "MAX_OCTAVES"]  # fmt: skip
+           "MAX_OCTAVES", "MAX_PIECES"]  # fmt: skip
 
 #: Tabulated range of L = -log p; outside it the end value (left) and end tangent (right) are exact to O(2^-120).
 L_RANGE = (2.0**-120, 680.0)
@@ -13,6 +13,9 @@ L_RANGE = (2.0**-120, 680.0)
 MAX_KNOTS = 20_000
 #: knots of one bound of a 2-D table (knots x Chebyshev nodes <= 8 MAX_KNOTS with at least 5 nodes)
 MAX_KNOTS_2D = 8 * MAX_KNOTS // 5
+#: delta-pieces of one saturating bound of a 2-D table (thresholds within a ratio of 1.5 each: TV over
+#: delta in [1e-8, 0.99] takes 19); all its pieces together hold at most MAX_KNOTS_2D knots
+MAX_PIECES = 24
 #: Chebyshev nodes in delta of a 2-D table
 MAX_NODES = 65
 #: octaves of L_RANGE: the length of a levels array

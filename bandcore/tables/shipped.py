@@ -3,9 +3,10 @@
 The shipped set (:data:`SHIPPED`) is 1-D tables at δ ∈ {0.01, 0.02, 0.05, 0.1, 0.2} for every catalogue
 divergence (:data:`SHIPPED_NAMES`; every saturating lower bound, and the singular upper bounds of js and
 reverse_kl, split at the saturation threshold, see :mod:`bandcore.tables.threshold`), α = ½, 0.7 and −1 of
-the α-family, and 2-D tables over δ ∈ [0.01, 0.2] (:data:`SHIPPED_DELTA_RANGE`) for the divergences of
-:data:`SHIPPED_NAMES_2D`: KL, which never saturates, and saturating ones, whose bounds are split at the
-threshold L*(δ) recomputed for each δ (:mod:`bandcore.tables.grid2d`); all at target 1e-7, all ``.npz``, listed
+the α-family, and 2-D tables over δ ∈ [0.01, 0.2] (:data:`SHIPPED_DELTA_RANGE`) for the same divergences
+(:data:`SHIPPED_NAMES_2D`): KL, Neyman and α = −1 never saturate; the bounds of the others that saturate are
+split at the threshold L*(δ) recomputed for each δ (:mod:`bandcore.tables.grid2d`), with logarithmic tails where
+they need them (reverse KL); all at target 1e-7, all ``.npz``, listed
 with sizes, certified errors and checksums in ``manifest.json``.  :func:`regenerate` rebuilds them; a build depends
 on its inputs only (no clock, no thread count: ``tests/test_tables_determinism.py``), so regenerating
 unchanged code reproduces every file byte for byte;
@@ -39,8 +40,8 @@ SHIPPED_NAMES = ("kl", "tv", "pearson", "neyman", "hellinger", "lecam", "alpha(0
                  "reverse_kl", "alpha(0.7)")  # fmt: skip
 #: the standard delta grid
 SHIPPED_DELTAS = (0.01, 0.02, 0.05, 0.1, 0.2)
-#: the divergences shipped as 2-D tables over :data:`SHIPPED_DELTA_RANGE`
-SHIPPED_NAMES_2D = ("kl", "tv", "pearson", "hellinger", "lecam", "alpha(0.5)", "js")
+#: the divergences shipped as 2-D tables over :data:`SHIPPED_DELTA_RANGE`: all of them
+SHIPPED_NAMES_2D = SHIPPED_NAMES
 SHIPPED_DELTA_RANGE = (0.01, 0.2)
 #: (divergence, delta or (lo, hi), target) of every shipped table.
 SHIPPED: tuple[tuple[str, Any, float], ...] = (
