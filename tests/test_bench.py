@@ -262,3 +262,42 @@ def test_gpu_check_script_runs_on_cpu(tmp_path):
     failed = [c for c in report["checks"] if not c["ok"]]
     assert proc.returncode == 0 and not failed, failed
     assert {"table_torch_kl", "band_log_torch_kl", "copy"} <= set(report["throughput"])
+
+
+@pytest.mark.slow
+def test_spread_over_runs_reports_median_and_range(quick_run, tmp_path, capsys):
+    """``--from-json A B C``: each time and ratio as median [min – max] over the runs (here one run and two
+    copies of it, made 2× and 3× slower in the published solver only), worst error, every run's verdict."""
+    r, _, _ = quick_run
+    names = []
+    for k, factor in enumerate((1.0, 2.0, 3.0)):
+        run = json.loads(json.dumps(r))
+        run["seed"] = k
+        for row in run["results"]:
+            if row["method"] == "published":
+                row["seconds"] *= factor
+            publ = next(x for x in run["results"] if (x["divergence"], x["method"], x["n_tokens"])
+                        == ("kl", "published", row["n_tokens"]))  # fmt: skip
+            if row["speedup_vs_published"] is not None:
+                row["speedup_vs_published"] = publ["seconds"] / row["seconds"]
+        names.append(tmp_path / f"run{k}.json")
+        names[-1].write_text(json.dumps(run))
+    out = tmp_path / "spread.md"
+    assert main(["bench", "--from-json", *map(str, names), "--markdown", str(out)]) == 0
+    markdown = out.read_text()
+    assert markdown == capsys.readouterr().out
+    assert markdown.startswith("3 runs of `bandcore bench`") and markdown.count("(seed ") == 3
+    numba = next(line for line in markdown.splitlines() if line.startswith("| kl | exact, Numba | 3 |"))
+    row = next(x for x in r["results"] if (x["divergence"], x["method"], x["n_tokens"]) == ("kl", "numba", 20_000))
+    base = row["speedup_vs_published"]
+    cells = numba.split(" | ")
+    median, low, high = (float(v.strip("×[]")) for v in cells[4].replace("–", " ").split())
+    assert math.isclose(median, 2 * base, rel_tol=0.01) and math.isclose(low, base, rel_tol=0.01)
+    assert math.isclose(high, 3 * base, rel_tol=0.01)
+    assert cells[-1].strip(" |") == "ok"
+    bad = json.loads(names[2].read_text())
+    bad["delta"] = 0.1
+    names[2].write_text(json.dumps(bad))
+    assert main(["bench", "--from-json", *map(str, names)]) == 2
+    err = capsys.readouterr().err
+    assert "run2.json has delta = 0.1" in err and "run0.json has 0.05" in err

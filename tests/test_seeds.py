@@ -19,6 +19,7 @@ from bandcore.oracle import band_log_mp
 from bandcore.tools.bench import llm_like_log_probs
 
 USER = ["(u-1)**4 + (u-1)**2", "u*log(u) - u + 1 + (sqrt(u) - 1)**2"]
+FRACTIONAL = ["alpha(0.7)", "u**(5/2) - 5*u/2 + 3/2"]
 
 
 def _exact_offset(module, kind: str, L: np.ndarray, delta: float) -> np.ndarray:
@@ -96,9 +97,10 @@ def _oracle(name: str, delta: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba", "torch"])
-@pytest.mark.parametrize("name", USER)
+@pytest.mark.parametrize("name", [*USER, *FRACTIONAL])
 def test_seeded_solver_meets_the_contract_on_user_generators(name, backend):
-    """Two generators outside the catalogue, seeded on every backend, against the 50-digit oracle."""
+    """Two generators outside the catalogue, and two with fractional powers (computed as exp(a log u)), seeded
+    on every backend, against the 50-digit oracle."""
     if backend == "torch":
         pytest.importorskip("torch")
     for delta in (1e-3, 0.05, 1.0):

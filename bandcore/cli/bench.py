@@ -47,8 +47,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     p.add_argument("--markdown", metavar="FILE", help="write the Markdown tables (generated from the JSON report)")
     p.add_argument(
-        "--from-json", metavar="FILE", help="run nothing: print (and --markdown) the report saved in FILE"
-    )
+        "--from-json", metavar="FILE", nargs="+",
+        help="run nothing: print (and --markdown) the report saved in FILE; with several files, the spread over "
+             "those runs (median [min - max] of every time and ratio)",
+    )  # fmt: skip
     p.set_defaults(handler=_handle)
 
 
@@ -88,12 +90,22 @@ def _check_folder(path: str | None, option: str) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from ..tools.bench_report import format_markdown, format_report
+    from ..tools.bench_report import check_comparable, format_markdown, format_report, format_spread
 
     for path, option in ((args.json, "--json"), (args.markdown, "--markdown")):
         _check_folder(path, option)  # fail before the run, not after it
+    if args.from_json and len(args.from_json) > 1:
+        if args.json:
+            raise ValueError("--json: not with several --from-json files (they are the runs of the spread)")
+        reports = [json.loads(Path(name).read_text(encoding="utf-8")) for name in args.from_json]
+        check_comparable(reports, args.from_json)
+        markdown = format_spread(reports)
+        print(markdown, end="")
+        if args.markdown:
+            Path(args.markdown).write_text(markdown, encoding="utf-8")
+        return 0
     if args.from_json:
-        text = Path(args.from_json).read_text(encoding="utf-8")
+        text = Path(args.from_json[0]).read_text(encoding="utf-8")
     else:
         from ..tools.bench import run_bench
 

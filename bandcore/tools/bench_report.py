@@ -1,11 +1,13 @@
 """The benchmark report as text and as Markdown, both generated from the JSON report of
-:func:`bandcore.tools.bench.run_bench` (``bandcore bench --from-json F --markdown G`` re-renders a saved run)."""
+:func:`bandcore.tools.bench.run_bench` (``bandcore bench --from-json F --markdown G`` re-renders a saved run),
+and the spread over several runs (``--from-json F1 F2 ...``): every time and ratio as its median and range."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
-__all__ = ["format_markdown", "format_report", "size_label"]
+__all__ = ["check_comparable", "format_markdown", "format_report", "format_spread", "size_label"]
 
 _LABELS = {
     "published": "published solver",
@@ -183,3 +185,63 @@ def format_report(report: dict[str, Any]) -> str:
             error = _error(row["max_rel_err"])
             lines.append(f"ABOVE CONTRACT: {divergence} {method}: error {error} > {row['contract']:.1e}")
     return "\n".join(lines)
+
+
+#: settings that must agree between the runs of a spread (else their times are not of the same thing)
+_SAME_IN_EVERY_RUN = ("sizes", "delta", "threads", "dtype", "repeats")
+
+
+def check_comparable(reports: list[dict[str, Any]], names: list[str]) -> None:
+    """Raise ValueError naming the first file whose settings differ from the first one's."""
+    for report, name in zip(reports[1:], names[1:], strict=True):
+        for key in _SAME_IN_EVERY_RUN:
+            if report.get(key) != reports[0].get(key):
+                raise ValueError(f"--from-json: {name} has {key} = {report.get(key)!r}, {names[0]} has "
+                                 f"{reports[0].get(key)!r}: the runs of a spread must share "
+                                 f"{', '.join(_SAME_IN_EVERY_RUN)}")  # fmt: skip
+
+
+def _spread(values: list[float], fmt) -> str:
+    """``median [min – max]`` (the median alone for one value)."""
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(statistics.median(values))} [{fmt(min(values))} – {fmt(max(values))}]"
+
+
+def format_spread(reports: list[dict[str, Any]]) -> str:
+    """Markdown: every (divergence, method, size) over several runs, its time and its ratio to the published KL
+    solver as median [min – max]; the worst error of any run and whether every run kept the contract."""
+    first = reports[0]
+    sizes = first["sizes"]
+    lines = [f"{len(reports)} runs of `bandcore bench`, δ = {first['delta']}, {first['threads']} threads, best of "
+             f"{first['repeats']} repeats each; time and × published as median [min – max] over the runs.", ""]
+    for report in reports:
+        start = report["machine"].get("load_average_start")
+        load = f", load average {start[0]:g} at its start" if start else ""
+        lines.append(f"- `{report['command']}` (seed {report['seed']}, {report['date']}{load})")
+    head = ["divergence", "method", "runs"]
+    for n in sizes:
+        head += [f"ms ({size_label(n)})", f"× published ({size_label(n)})"]
+    head += ["max error, worst run", "contract, every run"]
+    lines += ["", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    grouped: dict[tuple[str, str], list[dict[int, dict[str, Any]]]] = {}
+    for report in reports:
+        for key, per_size in _by_row(report).items():
+            grouped.setdefault(key, []).append(per_size)
+    for (divergence, method), runs in grouped.items():
+        cells = [divergence, _LABELS.get(method, method), str(len(runs))]
+        for n in sizes:
+            rows = [run[n] for run in runs if n in run]
+            cells.append(_spread([row["seconds"] for row in rows], _ms) if rows else "–")
+            ratios = [row["speedup_vs_published"] for row in rows if row["speedup_vs_published"] is not None]
+            cells.append(_spread(ratios, _ratio) if ratios else "–")
+        rows = [row for run in runs for row in run.values()]
+        if rows[0]["kind"] == "roofline":
+            cells += ["", ""]
+        else:
+            errors = [row["max_rel_err"] for row in rows]
+            cells.append("not finite" if None in errors else f"{max(errors):.1e}")
+            verdicts = {row["within_contract"] for row in rows}
+            cells.append("none" if verdicts == {None} else "ok" if verdicts == {True} else "EXCEEDED")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
