@@ -185,10 +185,10 @@ UPPER[INDEX] = OUT(up)
 STATUS[INDEX] = np.int8(st)'''
 #: One block of tokens [first, last), read and written through views of the block (indices from 0, which LLVM
 #: knows to be non-negative: indexing ``array[first + j]`` keeps Numba's negative-index wraparound in the loop,
-#: which then does not vectorise): the closed forms in one branch-free loop; the seeded solvers with their seeds
-#: (table gathers, which LLVM does not vectorise) in one loop and the branch-free polished pass in a second,
-#: vectorised one.  Returns how many inputs are above TOL.  A function of its own, called by both drivers:
-#: Numba's parallel passes never see its body.
+#: which then does not vectorise): the closed forms in one branch-free loop; the seeded solvers with the L of
+#: both roots (-log p, -log(1 - p)) in a vectorised loop, their seeds (table gathers, which LLVM does not
+#: vectorise) in a second and the branch-free polished pass in a third, vectorised one.  Returns how many inputs
+#: are above TOL.  A function of its own, called by both drivers: Numba's parallel passes never see its body.
 _BLOCK = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
@@ -217,8 +217,13 @@ def clamped(value):
 _SEEDS = '''    seed = by_value(seed)
     w_up = np.empty(BLOCK)
     w_lo = np.empty(BLOCK)
-    for j in range(log_p.size):
-        w_up[j], w_lo[j] = seed_pair(clamped(log_p[j]), seed)'''
+    for j in range(log_p.size):  # vectorised: the L of both roots (seed_pair's arguments)
+        lps, lq = _regular(clamped(log_p[j]))
+        w_up[j] = -lps
+        w_lo[j] = -lq
+    for j in range(log_p.size):  # the gathers
+        w_up[j] = seed_log_w(w_up[j], seed)
+        w_lo[j] = seed_log_w(w_lo[j], seed)'''
 _FALLBACK = '''    for i in {range}(n):
         if status[i] == np.int8(NOT_CONVERGED):
             lp = clamped(old_log_prob[i])
