@@ -291,9 +291,12 @@ def test_spread_over_runs_reports_median_and_range(quick_run, tmp_path, capsys):
     row = next(x for x in r["results"] if (x["divergence"], x["method"], x["n_tokens"]) == ("kl", "numba", 20_000))
     base = row["speedup_vs_published"]
     cells = numba.split(" | ")
-    median, low, high = (float(v.strip("×[]")) for v in cells[4].replace("–", " ").split())
-    assert math.isclose(median, 2 * base, rel_tol=0.01) and math.isclose(low, base, rel_tol=0.01)
-    assert math.isclose(high, 3 * base, rel_tol=0.01)
+    for column in (4, 5):  # × published, × published KL: the same for KL
+        median, low, high = (float(v.strip("×[]")) for v in cells[column].replace("–", " ").split())
+        assert math.isclose(median, 2 * base, rel_tol=0.01) and math.isclose(low, base, rel_tol=0.01)
+        assert math.isclose(high, 3 * base, rel_tol=0.01)
+    tv = next(line for line in markdown.splitlines() if line.startswith("| tv | exact, Numba | 3 |")).split(" | ")
+    assert tv[5].count("×") == 3 and tv[5] != tv[4]  # TV's own published closed form and the published KL
     assert cells[-1].strip(" |") == "ok"
     bad = json.loads(names[2].read_text())
     bad["delta"] = 0.1

@@ -475,18 +475,19 @@ def tv_bounds(lp, delta, lower_at_one, seed):
 
 def pearson_bounds(lp, delta, lower_at_one, seed):
     """Pearson, g = p(r-1)^2/(1-p): r = 1 ± t, t = sqrt(delta(1-p)/p); saturated iff delta p >= 1 - p (upper),
-    delta(1 - p) >= p (lower).  log t = (log delta + log(1-p) - log p)/2: no overflow for any finite log p."""
+    delta(1 - p) >= p (lower).  t itself for p >= e^-700 (at most sqrt(10 e^700): no overflow); below, where
+    1 - p = 1 and the lower bound is saturated, log r_up = log t = (log delta - log p)/2 to within 1/t < e^-340.
+    One exp, one expm1, one sqrt and two logs per token."""
     lps = xp.minimum(lp, 0.0)
     p = xp.exp(lps)
     pc = -xp.expm1(lps)
-    log_t = 0.5 * (xp.log(delta) + xp.log(pc) - lps)
-    v = xp.exp(-xp.abs(log_t))  # min(t, 1/t)
-    log1p_t = xp.maximum(log_t, 0.0) + xp.log1p(v)  # log(1 + t), no overflow
+    tiny = lps < LOG_P_TINY
+    t = xp.sqrt(delta * pc / xp.where(tiny, 1.0, p))
+    log1p_t = xp.log1p(t)
     upper_saturated = delta * p >= pc
-    upper = xp.where(upper_saturated, -lps, log1p_t)
-    # log(1 - t): log1p(-t) up to t = 1/2 (where v = t); beyond, 1 - t = (p - delta(1-p)) / (p(1 + t)); one log
-    small = log_t <= -0.6931471805599453
-    lower = log_of_sum(small, 1.0, -v, p - delta * pc, -lps - log1p_t)
+    upper = xp.where(upper_saturated, -lps, xp.where(tiny, 0.5 * (xp.log(delta) - lps), log1p_t))
+    # log(1 - t): log1p(-t) up to t = 1/2; beyond, 1 - t = (p - delta(1-p)) / (p(1 + t)); one log
+    lower = log_of_sum(t <= 0.5, 1.0, -t, p - delta * pc, -lps - log1p_t)
     lower_saturated = delta * pc >= p
     lower = xp.where(lower_saturated, -xp.inf, lower)
     status = xp.where(xp.logical_or(upper_saturated, lower_saturated), SATURATED, CONVERGED)

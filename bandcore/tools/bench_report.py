@@ -208,9 +208,18 @@ def _spread(values: list[float], fmt) -> str:
     return f"{fmt(statistics.median(values))} [{fmt(min(values))} – {fmt(max(values))}]"
 
 
+def _versus_published_kl(report: dict[str, Any], row: dict[str, Any]) -> float | None:
+    """The published KL solver's time over ``row``'s, in the same run at the same size (None without it)."""
+    for other in report["results"]:
+        if (other["divergence"], other["method"], other["n_tokens"]) == ("kl", "published", row["n_tokens"]):
+            return other["seconds"] / row["seconds"]
+    return None
+
+
 def format_spread(reports: list[dict[str, Any]]) -> str:
-    """Markdown: every (divergence, method, size) over several runs, its time and its ratio to the published KL
-    solver as median [min – max]; the worst error of any run and whether every run kept the contract."""
+    """Markdown: every (divergence, method, size) over several runs, its time, its ratio to its own published
+    solver and to the published KL solver (each run's), as median [min – max]; the worst error of any run and
+    whether every run kept the contract."""
     first = reports[0]
     sizes = first["sizes"]
     lines = [f"{len(reports)} runs of `bandcore bench`, δ = {first['delta']}, {first['threads']} threads, best of "
@@ -221,21 +230,23 @@ def format_spread(reports: list[dict[str, Any]]) -> str:
         lines.append(f"- `{report['command']}` (seed {report['seed']}, {report['date']}{load})")
     head = ["divergence", "method", "runs"]
     for n in sizes:
-        head += [f"ms ({size_label(n)})", f"× published ({size_label(n)})"]
+        head += [f"ms ({size_label(n)})", f"× published ({size_label(n)})", f"× published KL ({size_label(n)})"]
     head += ["max error, worst run", "contract, every run"]
     lines += ["", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    grouped: dict[tuple[str, str], list[dict[int, dict[str, Any]]]] = {}
+    grouped: dict[tuple[str, str], list[tuple[dict[str, Any], dict[int, dict[str, Any]]]]] = {}
     for report in reports:
         for key, per_size in _by_row(report).items():
-            grouped.setdefault(key, []).append(per_size)
+            grouped.setdefault(key, []).append((report, per_size))
     for (divergence, method), runs in grouped.items():
         cells = [divergence, _LABELS.get(method, method), str(len(runs))]
         for n in sizes:
-            rows = [run[n] for run in runs if n in run]
-            cells.append(_spread([row["seconds"] for row in rows], _ms) if rows else "–")
-            ratios = [row["speedup_vs_published"] for row in rows if row["speedup_vs_published"] is not None]
+            rows = [(report, run[n]) for report, run in runs if n in run]
+            cells.append(_spread([row["seconds"] for _, row in rows], _ms) if rows else "–")
+            ratios = [row["speedup_vs_published"] for _, row in rows if row["speedup_vs_published"] is not None]
             cells.append(_spread(ratios, _ratio) if ratios else "–")
-        rows = [row for run in runs for row in run.values()]
+            versus_kl = [_versus_published_kl(report, row) for report, row in rows]
+            cells.append(_spread(versus_kl, _ratio) if rows and None not in versus_kl else "–")
+        rows = [row for _, run in runs for row in run.values()]
         if rows[0]["kind"] == "roofline":
             cells += ["", ""]
         else:
