@@ -305,3 +305,25 @@ def test_spread_over_runs_reports_median_and_range(quick_run, tmp_path, capsys):
     assert main(["bench", "--from-json", *map(str, names)]) == 2
     err = capsys.readouterr().err
     assert "run2.json has delta = 0.1" in err and "run0.json has 0.05" in err
+
+
+def test_table_rows_use_the_numba_kernel_at_every_size(monkeypatch):
+    """The table rows are labelled "Numba kernel": also at 10k tokens, where ``backend="auto"`` would read
+    NumPy input with the NumPy kernel."""
+    import bandcore.tables.evaluate as evaluate
+    from bandcore.tools.bench_methods import _tables
+
+    seen = []
+    run_lookup = evaluate.run_lookup
+
+    def recording(*args):
+        seen.append(args[-1])
+        return run_lookup(*args)
+
+    methods, _ = _tables("kl", 0.05, 1)  # (loading the table spot-checks it with NumPy)
+    monkeypatch.setattr(evaluate, "run_lookup", recording)
+    x = np.log(np.linspace(0.01, 0.99, 100))
+    for method in methods:
+        method.timed(torch.from_numpy(x) if method.torch_input else x)
+        method.logs(x)
+    assert seen == ["numba"] * 4
