@@ -219,13 +219,10 @@ def _powers_as_exp(expr: sp.Expr, base: sp.Symbol, log_base: sp.Expr) -> sp.Expr
     its error, (|a log_base| + 2) ulp, is that of ``pow`` applied to a base rounded from its logarithm."""
 
     def fractional(e: sp.Expr) -> bool:
-        return e.is_Pow and e.base == base and e.exp.is_Rational and not (2 * e.exp).is_integer
+        return (e.is_Pow and e.base == base and e.exp.is_Rational and not e.exp.is_integer
+                and abs(e.exp) != sp.Rational(1, 2))  # fmt: skip
 
-    def halves(e: sp.Expr) -> bool:
-        return e.is_Pow and e.base == base and e.exp.is_Rational and not e.exp.is_integer and abs(e.exp) > 0.5
-
-    expr = expr.replace(fractional, lambda e: sp.exp(e.exp * log_base))
-    return expr.replace(halves, lambda e: sp.exp(e.exp * log_base))
+    return expr.replace(fractional, lambda e: sp.exp(e.exp * log_base))
 
 
 def _side_function(name: str, expr_u: sp.Expr, sign: int) -> SideFunction:

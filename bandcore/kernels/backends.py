@@ -217,10 +217,8 @@ def clamped(value):
 _SEEDS = '''    seed = by_value(seed)
     w_up = np.empty(BLOCK)
     w_lo = np.empty(BLOCK)
-    for j in range(log_p.size):  # vectorised: the L of both roots (seed_pair's arguments)
-        lps, lq = _regular(clamped(log_p[j]))
-        w_up[j] = -lps
-        w_lo[j] = -lq
+    for j in range(log_p.size):  # vectorised: where seed_pair reads the table
+        w_up[j], w_lo[j] = seed_points(clamped(log_p[j]))
     for j in range(log_p.size):  # the gathers
         w_up[j] = seed_log_w(w_up[j], seed)
         w_lo[j] = seed_log_w(w_lo[j], seed)'''

@@ -282,11 +282,17 @@ def seed_offset(L, seed):
     return xp.logaddexp(0.0, -seed_log_w(L, seed))
 
 
-def seed_pair(lp, seed):
-    """(log w at the upper root, log w at the lower root) of each token from its seed table (NaN: no seed); the
-    lower root is the upper root of the mirror token 1 - p."""
+def seed_points(lp):
+    """(L at which the upper root is read, L at which the lower root is read) from the seed table: -log p, and
+    -log(1 - p), as the lower root is the upper root of the mirror token 1 - p."""
     lps, lq = _regular(lp)
-    return seed_log_w(-lps, seed), seed_log_w(-lq, seed)
+    return -lps, -lq
+
+
+def seed_pair(lp, seed):
+    """(log w at the upper root, log w at the lower root) of each token from its seed table (NaN: no seed)."""
+    L_up, L_lo = seed_points(lp)
+    return seed_log_w(L_up, seed), seed_log_w(L_lo, seed)
 
 
 def polished_root(lp, lq, p, pc, delta, log_w):
