@@ -180,11 +180,25 @@ def _derive(div: Divergence, step: Callable[[str], None] | None = None) -> Deriv
         return _CACHE.setdefault(div, found)
 
 
+def _fact_notes(fx: Facts) -> list[str]:
+    """What the reader must know about the facts: a kink at u = 1 (which slope normalises f) and which facts
+    are numeric."""
+    notes = []
+    left, right = fx.slopes_at_one
+    if left != right:
+        notes.append(
+            f"f has a kink at u = 1: f'(1-) = {sp.sstr(left)}, f'(1+) = {sp.sstr(right)}, so f'(1) does not exist; "
+            f"f̃ uses the subgradient {sp.sstr(fx.f_prime_1)} (their mean; any subgradient gives the same g_f)"
+        )
+    notes.extend(f"numeric fact: {note}" for note in fx.numeric)
+    return notes
+
+
 def _derive_within_budget(div: Divergence, step: Callable[[str], None]) -> Derivation:
     fx = checked_facts(div)
     mp_generator(div)  # refuses a generator whose f̃(0+) or slope at infinity is not a number
     step("facts")
-    notes: list[str] = []
+    notes = _fact_notes(fx)
     if not available():
         notes.append("no time budget can be enforced in this thread, so no SymPy solver was run")
     sides = {"upper": ("gt", "lt"), "lower": ("lt", "gt")}  # (side of r, side of s)
