@@ -85,7 +85,13 @@ def limits(
         notes.append("p → 0: lim f̃(u)/u = oo, so q_up = p r_up → 0 (while r_up → oo)")
     elif below is not None:
         equation = bounded(lambda: sp.expand(Q * slope + below.subs(U, 1 - Q) - DELTA), SOLVE_SECONDS)
-    if equation is not None:
+    else:  # piecewise on 0 < u < 1: the equation is solved numerically only
+        equation = Q * slope + fx.f_normalised.subs(U, 1 - Q) - DELTA
+        notes.append(
+            "p → 0: q_up → q₀ with q₀σ∞ + f̃(1 − q₀) = δ; f is piecewise below u = 1, so q₀ is computed "
+            "numerically (Derivation.limit_value)"
+        )
+    if equation is not None and below is not None:
         candidates, solve_notes = solve_closed(equation, Q, "limit q_up(p → 0)")
         for candidate in candidates:
             if _matches_everywhere(candidate, equation, level):
