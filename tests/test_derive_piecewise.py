@@ -177,3 +177,20 @@ def test_non_convex_refused_with_the_reason(formula, where):
         resolve(formula)
     assert where in str(err.value)
     assert time.monotonic() - start < 30  # a hang guard
+
+
+@pytest.mark.parametrize("formula", ["abs(u-1)**1.5", "where(abs(u-1) < 1, (u-1)**2/2, abs(u-1) - 1/2)"])
+def test_table_pieces_are_real_on_both_sides_of_one(formula):
+    from bandcore.derive.table_pieces import table_pieces
+
+    f = GENERATORS[formula]
+    _, _, f_tilde = _reference(f)
+    _, b, t, t_prime, _ = table_pieces(formula)
+    for x in (-0.9, -0.5, -0.1, 0.1, 0.5, 1.5, 3.0):
+        with mp.workdps(DPS):
+            want_t = f_tilde(1 + mp.mpf(x))
+            want_slope = mp.diff(f_tilde, 1 + mp.mpf(x))
+        assert float(t(x)) == pytest.approx(float(want_t), rel=1e-12, abs=1e-15)
+        assert float(t_prime(x)) == pytest.approx(float(want_slope), rel=1e-10, abs=1e-12)
+        y = float(mp.log(1 + mp.mpf(x)))
+        assert float(b(y)) == pytest.approx(float((1 + x) * want_slope), rel=1e-10, abs=1e-12)

@@ -113,6 +113,7 @@ def facts(divergence: str | Divergence) -> Facts:
 
 
 _FACT_SECONDS = 4.0
+_X = sp.Symbol("x", positive=True)
 
 
 def _number(value: sp.Expr | None) -> sp.Expr | None:
@@ -124,18 +125,25 @@ def _number(value: sp.Expr | None) -> sp.Expr | None:
     return value if value.is_number and value.is_real is not False else None
 
 
+def _simplest(value: sp.Expr) -> sp.Expr:
+    """``value`` simplified, unless it is a rational number already."""
+    return value if value.is_Rational else sp.simplify(value)
+
+
 def _side_derivatives(branch: sp.Expr | None, direction: str) -> tuple[sp.Expr, ...] | None:
     """(f', f'', f''', f'''') at u = 1 from one side, on the smooth ``branch`` active there (None: not found)."""
     if branch is None:
         return None
     found = []
+    step = _X if direction == "+" else -_X  # u = 1 ± x, x → 0+ (SymPy's limit as u → 1- can get the sign wrong)
     for k in range(1, 5):
         derivative = bounded(lambda k=k: sp.diff(branch, U, k), _FACT_SECONDS)
         if derivative is None:
             return None
-        value = _number(bounded(lambda d=derivative: sp.simplify(d.subs(U, 1)), _FACT_SECONDS))
+        value = _number(bounded(lambda d=derivative: _simplest(d.subs(U, 1)), _FACT_SECONDS))
         if value is None or value in (sp.oo, -sp.oo):
-            value = _number(bounded(lambda d=derivative: sp.limit(d, U, 1, direction), _FACT_SECONDS))
+            near = derivative.subs(U, 1 + step)
+            value = _number(bounded(lambda near=near: sp.limit(near, _X, 0, "+"), _FACT_SECONDS))
             if value is None:
                 return None
             value = bounded(lambda v=value: sp.simplify(v), _FACT_SECONDS) or value
@@ -189,6 +197,9 @@ def _facts(div: Divergence) -> Facts:
     numeric: list[str] = []
     sides = []
     for sign, direction in ((-1, "-"), (1, "+")):
+        if sides and not f.has(sp.Abs, sp.Min, sp.Max, sp.Piecewise) and not numeric:
+            sides.append(sides[0])  # one analytic expression: the same derivatives from both sides
+            continue
         derivatives = _side_derivatives(active_branch(f, U, f"1{direction}"), direction)
         if derivatives is None:
             derivatives = _numeric_derivatives(f, sign)
