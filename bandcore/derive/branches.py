@@ -26,7 +26,15 @@ from typing import Any
 import mpmath as mp
 import sympy as sp
 
-__all__ = ["APPROACH", "DPS", "active_branch", "numeric_at_zero", "numeric_slope_at_infinity", "one_sided"]
+__all__ = [
+    "APPROACH",
+    "DPS",
+    "active_branch",
+    "active_branch_at",
+    "numeric_at_zero",
+    "numeric_slope_at_infinity",
+    "one_sided",
+]
 
 #: Digits of the branch decisions and of the numeric facts.
 DPS = 120
@@ -75,7 +83,11 @@ def active_branch(expr: sp.Expr, u: sp.Symbol, where: str) -> sp.Expr | None:
     """``expr`` with each ``Abs``, ``Min``, ``Max``, ``Piecewise`` replaced by its branch active as u → ``where``
     ("0+", "1-", "1+", "inf"); None when a branch cannot be decided (the points disagree or a value is complex).
     """
-    points = _points(where)
+    return active_branch_at(expr, u, _points(where))
+
+
+def active_branch_at(expr: sp.Expr, u: sp.Symbol, points: list[sp.Float]) -> sp.Expr | None:
+    """``expr`` with each piece replaced by the branch active at every one of ``points`` (None: they differ)."""
 
     def resolve(node: sp.Expr) -> sp.Expr | None:
         if not node.has(*_PIECES):

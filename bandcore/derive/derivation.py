@@ -27,6 +27,7 @@ import sympy as sp
 from .._progress import progress as progress_bar
 from ..divergences import Divergence, GeneratorError, list_divergences, resolve
 from .budget import available, deadline
+from .cells import piecewise_bound
 from .limits import LIMIT_KEYS, asymptotic_root, limits, series
 from .mpmath_g import checked_facts, mp_generator
 from .reduction import DELTA, R, binary, display_g, on_side
@@ -181,6 +182,17 @@ def _derive(div: Divergence, step: Callable[[str], None] | None = None) -> Deriv
         return _CACHE.setdefault(div, found)
 
 
+def _piecewise_closed(div: Divergence, side: str, fx: Facts) -> tuple[sp.Expr | None, list[str]]:
+    """One side's closed form for f with switches away from u = 1 (:mod:`.cells`), validated like any other."""
+    formula, notes = piecewise_bound(div, side, fx.f_normalised)
+    if formula is None:
+        return None, notes
+    branch, branch_notes = validate_branch(div, side, [formula])
+    if branch is None:
+        return None, [*notes, *branch_notes, f"{side} bound: no closed form — the piecewise formula failed validation"]
+    return branch, [*notes, *branch_notes]
+
+
 def _shorter(div: Divergence, side: str, branch: sp.Expr, rewritten: sp.Expr) -> sp.Expr:
     """``rewritten`` (a tidier or real form of the accepted ``branch``) if it validates too, else ``branch``."""
     if rewritten is branch:
@@ -216,11 +228,9 @@ def _derive_within_budget(div: Divergence, step: Callable[[str], None]) -> Deriv
     for side, (r_side, s_side) in sides.items():
         f_r, f_s = on_side(fx.f_normalised, r_side), on_side(fx.f_normalised, s_side)
         if f_r is None or f_s is None:
-            pieces[side] = closed[side] = None
-            notes.append(
-                f"{side} bound: no closed form attempted — f is piecewise (abs, min, max or where) with a switch "
-                "away from u = 1, so g_f = δ has no single equation; the solvers find the bound numerically"
-            )
+            pieces[side] = None
+            closed[side], cell_notes = _piecewise_closed(div, side, fx)
+            notes.extend(cell_notes)
             step(f"{side} bound")
             continue
         pieces[side] = binary(f_r, f_s)
