@@ -194,3 +194,25 @@ def test_table_pieces_are_real_on_both_sides_of_one(formula):
         assert float(t_prime(x)) == pytest.approx(float(want_slope), rel=1e-10, abs=1e-12)
         y = float(mp.log(1 + mp.mpf(x)))
         assert float(b(y)) == pytest.approx(float((1 + x) * want_slope), rel=1e-10, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "formula",
+    [
+        "max(u - 2, 0)",  # E_γ: r_up = 2 + δ/p, r_lo = (2p - 1 - δ)/p
+        "where(abs(u-1) < 1, (u-1)**2/2, abs(u-1) - 1/2)",  # Huber: two pieces on each side
+        "where(u <= 2, (u-1)**2, 2*u - 3)",
+        "abs(u-1)**1.5",  # a power of |u - 1|: r = 1 ± (δ/K)^(2/3)
+        "abs(u-1)**3",
+    ],
+)
+def test_closed_forms_are_found(formula):
+    d = derive(formula, progress=False)
+    assert d.upper is not None and d.lower is not None, d.notes
+
+
+def test_affine_region_bound_is_exact():
+    d = derive("max(u - 2, 0)", progress=False)
+    p, delta = sp.Symbol("p", positive=True), sp.Symbol("delta", positive=True)
+    assert sp.simplify(d.upper - (2 + delta / p)) == 0
+    assert sp.simplify(d.lower - (2 * p - 1 - delta) / p) == 0
