@@ -216,3 +216,13 @@ def test_affine_region_bound_is_exact():
     p, delta = sp.Symbol("p", positive=True), sp.Symbol("delta", positive=True)
     assert sp.simplify(d.upper - (2 + delta / p)) == 0
     assert sp.simplify(d.lower - (2 * p - 1 - delta) / p) == 0
+
+
+def test_one_sided_curvature_signs():
+    """f''(1-) of |u - 1|^(3/2) is +oo (SymPy's limit as u → 1- of 3/(4 sqrt(1 - u)) says -oo)."""
+    fx = derive("abs(u-1)**1.5", progress=False).facts
+    assert fx.one_sided[0][:3] == (0, sp.oo, sp.oo)
+    assert fx.one_sided[1][:3] == (0, sp.oo, -sp.oo)
+    kink = derive("max(u-1, 0)**2 + max(1-u, 0)", progress=False).facts
+    assert kink.slopes_at_one == (-1, 0) and kink.f_prime_1 == sp.Rational(-1, 2)
+    assert kink.one_sided[1][1] == 2 and kink.one_sided[0][1] == 0
