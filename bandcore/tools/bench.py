@@ -111,6 +111,7 @@ def run_bench(
     steps = 1 + sum(1 + method_count(d) * len(sizes) * len(distributions) for d in divergences)
     steps += len(memory_sizes) * len(_MEMORY_METHODS)
     saved = get_threads()
+    started = (time.perf_counter(), time.process_time())
     try:
         with progress_bar(total=steps, desc="bench", unit="step", enabled=progress) as bar:
             settings = dict(
@@ -136,6 +137,8 @@ def run_bench(
                     report["memory"].append(measure_memory(method, "kl", delta, size, threads))
                     bar.update(1)
             report["machine"]["load_average_end"] = load_average()
+            report["machine"]["run_seconds"] = time.perf_counter() - started[0]  # the whole run, wall clock
+            report["machine"]["run_cpu_seconds"] = time.process_time() - started[1]  # this process, every thread
     finally:
         set_threads(*saved)
     return report

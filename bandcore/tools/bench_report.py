@@ -70,6 +70,8 @@ def _header(report: dict[str, Any]) -> list[str]:
     start, end = machine.get("load_average_start"), machine.get("load_average_end")
     load = "" if not start else f"; load average (1 min) {start[0]:g} at the start" + (
         f", {end[0]:g} at the end" if end else "")  # fmt: skip
+    if "run_seconds" in machine:
+        load += f"; the run took {machine['run_seconds']:.0f} s ({machine['run_cpu_seconds']:.0f} s of CPU)"
     lines = [
         f"{machine['cpu_count']} CPUs ({machine['processor']}){load}; threads: {report['thread_note']}.",
         "Threads per side: " + "; ".join(f"{k}: {v}" for k, v in report["thread_setting"].items()) + ".",
@@ -137,7 +139,8 @@ def format_markdown(report: dict[str, Any]) -> str:
                     cells += ["–"] * 4
                     continue
                 one, every = versus_published(row, "1"), versus_published(row, "all")
-                against = "–" if one[0] is None else f"{one[1]}{ratio(one[0])} / {ratio(every[0])}"
+                against = "–" if one[0] is None or row["kind"] == "unit" else (
+                    f"{one[1]}{ratio(one[0])} / {ratio(every[0])}")  # fmt: skip
                 cells += [ns(row["ns_per_token"]["1"]), ns(row["ns_per_token"]["all"]),
                           ratio(row["x_exp_pass"]["1"]), against]  # fmt: skip
             unit = first["kind"] == "unit"
@@ -179,7 +182,7 @@ def format_report(report: dict[str, Any]) -> str:
         for (divergence, method), per_size in by_row(report, distribution).items():
             for n, row in per_size.items():
                 one, every = versus_published(row, "1"), versus_published(row, "all")
-                publ = [("-" if v is None else f"{tag}{v:.2f}") for v, tag in (one, every)]
+                publ = [("-" if v is None or row["kind"] == "unit" else f"{tag}{v:.2f}") for v, tag in (one, every)]
                 errors = ("", "") if row["kind"] == "unit" else (
                     _error(row["max_rel_err_lower"]), _error(row["max_rel_err_upper"]))  # fmt: skip
                 lines.append(

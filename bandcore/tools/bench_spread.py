@@ -37,6 +37,8 @@ def spread(values: list[float], fmt: Callable[[float], str]) -> str:
 
 
 def _versus(rows: list[dict[str, Any]], key: str) -> str:
+    if not rows or rows[0]["kind"] == "unit":
+        return "–"
     pairs = [versus_published(row, key) for row in rows]
     values = [v for v, _ in pairs if v is not None]
     if len(values) != len(pairs) or not values:
