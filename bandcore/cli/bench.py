@@ -19,7 +19,7 @@ from typing import Any
 __all__ = ["register"]
 
 _DEFAULT_DIVERGENCES = ("kl", "tv", "pearson", "hellinger", "js")
-_DEFAULT_SIZES = (1_000_000, 10_000)
+_DEFAULT_SIZES = (500_000, 10_000)
 _DISTRIBUTIONS = ("llm", "mid")
 _QUICK = dict(sizes=(20_000, 1_000), rounds=3, min_round_seconds=0.005, oracle_points=16, memory_sizes=())
 
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n")[0].replace("``", ""),
     )
     p.add_argument(
-        "--n", type=int, nargs="+", metavar="N", help="token counts to time (default: 1000000 10000, i.e. 1M and 10k)"
+        "--n", type=int, nargs="+", metavar="N", help="token counts to time (default: 500000 10000, i.e. 500k and 10k)"
     )
     p.add_argument("--delta", type=float, default=0.05, help="trust-region radius (default 0.05)")
     p.add_argument("--divergences", nargs="+", help=f"divergences to time (default {' '.join(_DEFAULT_DIVERGENCES)})")
