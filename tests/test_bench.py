@@ -375,6 +375,17 @@ def test_bench_usage_errors_are_one_line(capsys, args):
     assert len(err) == 1 and err[0].startswith("bandcore bench: error: ") and args[0] in err[0]
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"distributions": ("uniform",)}, "llm, mid"), ({"divergences": ("nope",)}, "nope"),
+     ({"divergences": ("u**2",)}, "f\\(1\\) must be 0"), ({"rounds": 0}, "rounds"),
+     ({"min_round_seconds": 0.0}, "min_round_seconds"), ({"distributions": ()}, "at least one")],
+)  # fmt: skip
+def test_run_bench_refuses_bad_settings_before_the_run(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        bench.run_bench(100, **{"memory_sizes": (), "progress": False, **kwargs})
+
+
 def test_bench_missing_files_fail_before_the_run(capsys, tmp_path):
     assert main(["bench", "--quiet", "--json", str(tmp_path / "no" / "b.json")]) == 1
     assert "--json: directory" in capsys.readouterr().err

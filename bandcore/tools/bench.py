@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from .._contract import check_positive_int
 from .._progress import progress as progress_bar
 from ..tables import rel_log_error
 from .bench_cost import is_catalogue, nearest_in_cost, transcendental_count
@@ -102,6 +103,11 @@ def run_bench(
         log_probs(name, 1, seed)  # an unknown name fails here, before the run
     if not distributions or not divergences:
         raise ValueError("distributions and divergences must each name at least one")
+    for divergence in divergences:
+        transcendental_count(divergence)  # an unknown divergence or a bad formula fails here, before the run
+    rounds = check_positive_int(rounds, "rounds")
+    if not (isinstance(min_round_seconds, (int, float)) and 0 < min_round_seconds < math.inf):
+        raise ValueError(f"min_round_seconds must be a positive number of seconds, got {min_round_seconds!r}")
     threads = resolve_threads(threads)
     if command is None:
         command = (
