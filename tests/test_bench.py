@@ -386,6 +386,15 @@ def test_run_bench_refuses_bad_settings_before_the_run(kwargs, message):
         bench.run_bench(100, **{"memory_sizes": (), "progress": False, **kwargs})
 
 
+def test_reports_of_earlier_versions_are_refused_not_misread(capsys, tmp_path):
+    old = tmp_path / "old.json"  # the best-of-repeats format: no distributions, no rounds
+    old.write_text(json.dumps({"sizes": [10], "delta": 0.05, "results": [{"method": "numba", "seconds": 1.0}]}))
+    for argv in ([str(old)], [str(old), str(old)]):
+        assert main(["bench", "--from-json", *argv]) == 2
+        err = capsys.readouterr().err
+        assert "old.json is not a report of this bandcore bench" in err and len(err.splitlines()) == 1
+
+
 def test_bench_missing_files_fail_before_the_run(capsys, tmp_path):
     assert main(["bench", "--quiet", "--json", str(tmp_path / "no" / "b.json")]) == 1
     assert "--json: directory" in capsys.readouterr().err

@@ -99,7 +99,7 @@ def _check_folder(path: str | None, option: str) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from ..tools.bench_report import format_markdown, format_report
+    from ..tools.bench_report import check_format, format_markdown, format_report
     from ..tools.bench_spread import check_comparable, format_spread
 
     for path, option in ((args.json, "--json"), (args.markdown, "--markdown")):
@@ -108,6 +108,8 @@ def _handle(args: argparse.Namespace) -> int:
         if args.json:
             raise ValueError("--json: not with several --from-json files (they are the runs of the spread)")
         reports = [json.loads(Path(name).read_text(encoding="utf-8")) for name in args.from_json]
+        for report, name in zip(reports, args.from_json, strict=True):
+            check_format(report, name)
         check_comparable(reports, args.from_json)
         markdown = format_spread(reports)
         print(markdown, end="")
@@ -126,6 +128,7 @@ def _handle(args: argparse.Namespace) -> int:
         if args.json:
             Path(args.json).write_text(text, encoding="utf-8")
     report = json.loads(text)  # the text and the Markdown are rendered from the JSON, as saved
+    check_format(report, args.from_json[0] if args.from_json else "the run")
     print(format_report(report))
     if args.markdown:
         Path(args.markdown).write_text(format_markdown(report), encoding="utf-8")

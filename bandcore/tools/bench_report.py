@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LABELS", "by_row", "format_markdown", "format_report", "ns", "ratio", "size_label"]
+__all__ = ["LABELS", "by_row", "check_format", "format_markdown", "format_report", "ns", "ratio", "size_label"]
 
 LABELS = {
     "published": "published solver",
@@ -18,6 +18,19 @@ LABELS = {
     "table-torch": "table (torch in, Numba kernel)",
     "exp_pass": "np.exp pass (the unit)",
 }
+
+
+def check_format(report: Any, name: str) -> None:
+    """Raise ValueError unless ``report`` (read from file ``name``) is a report of this ``bandcore bench``: one with
+    distributions and interleaved rounds (an earlier version's best-of-repeats report is refused, not misread)."""
+    keys = ("distributions", "generators", "rounds", "threads", "results")
+    if not isinstance(report, dict) or any(key not in report for key in keys) or not all(
+        isinstance(row, dict) and "times" in row and "x_exp_pass" in row for row in report["results"]
+    ):
+        raise ValueError(
+            f"--from-json: {name} is not a report of this bandcore bench (interleaved rounds, distributions); "
+            "reports of earlier versions are not read: run bandcore bench again"
+        )
 
 
 def size_label(n: int) -> str:
