@@ -1,11 +1,16 @@
-"""``bandcore bench``: the quick run writes JSON with every row and the Markdown made from it; the ratios come from
-the measured times, the errors meet the contracts, the copy is out of cache.  No timing is asserted anywhere."""
+"""``bandcore bench``: interleaved rounds in the order said, medians and ratios computed from the times in the
+report, the two token distributions, the user generators' nearest catalogue divergence, the JSON and the
+Markdown made from it.  No measured speed is asserted anywhere: the runs checked number by number use an
+injected fake clock, or have their times set to exact binary fractions before the ratios are derived."""
 
 from __future__ import annotations
 
+import ast
+import itertools
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,10 +20,20 @@ from bandcore.cli import main
 from bandcore.oracle import reference_band_log
 from bandcore.tables import rel_log_error
 from bandcore.tools import bench
-from bandcore.tools.bench import _accuracy_points, llm_like_log_probs
-from bandcore.tools.bench_report import format_markdown
-from bandcore.tools.bench_timing import FALLBACK_LLC_BYTES, last_level_cache, time_call
+from bandcore.tools.bench_cost import nearest_in_cost, transcendental_count
+from bandcore.tools.bench_inputs import accuracy_points, llm_like_log_probs, log_probs, mid_log_probs
+from bandcore.tools.bench_memory import measure_memory
+from bandcore.tools.bench_report import format_markdown, ns
+from bandcore.tools.bench_threads import resolve_threads
+from bandcore.tools.bench_timing import FALLBACK_LLC_BYTES, interleaved, last_level_cache, summarise, time_call
 from bandcore.tools.published import published_band
+
+TOOLS = Path(bench.__file__).resolve().parent
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Inputs, accuracy measure, the published solver
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_generator_is_llm_like_and_deterministic():
@@ -31,6 +46,16 @@ def test_generator_is_llm_like_and_deterministic():
     assert np.all(x <= 0)
 
 
+def test_mid_distribution_is_minus_two_exponential():
+    x = mid_log_probs(200_000, seed=1)
+    assert x.dtype == np.float32 and np.all(x <= 0)
+    np.testing.assert_array_equal(x, log_probs("mid", 200_000, 1))
+    e = -x.astype(np.float64) / 2  # Exp(1): mean 1, P(E > t) = e^-t
+    assert 0.99 < e.mean() < 1.01 and 0.49 < np.mean(e > math.log(2)) < 0.51  # median p = e^(-2 log 2) = 1/4
+    with pytest.raises(ValueError, match="llm, mid"):
+        log_probs("uniform", 10, 0)
+
+
 def test_rel_log_error_measure():
     exact = np.array([-2.0, 0.5, -np.inf, -np.inf, 3.0, 1.0])
     approx = np.array([-2.0 * (1 + 1e-6), 0.5 + 1e-7, -np.inf, -40.0, np.nan, 1.0])
@@ -41,7 +66,7 @@ def test_rel_log_error_measure():
 
 def test_accuracy_points_cover_the_input():
     x = llm_like_log_probs(50_000, seed=0)
-    pts = _accuracy_points(x, 64, seed=0)
+    pts = accuracy_points(x, 64, seed=0)
     assert len(pts) == 64 and pts.dtype == np.float64
     np.testing.assert_array_equal(pts, pts.astype(np.float32).astype(np.float64))  # float32-representable
     assert pts.min() <= np.quantile(x, 0.01) and pts.max() >= np.quantile(x, 0.99)
@@ -58,27 +83,53 @@ def test_published_solver_error_is_bisection_sized():
     assert rel_log_error(np.log(lo.numpy()[2:3]), exact_lo[2:3])[0] > 0.1
 
 
-def test_default_threads_are_the_cores_for_torch_and_numba():
-    numba = pytest.importorskip("numba")
-    expected = min(os.cpu_count() or 1, numba.config.NUMBA_NUM_THREADS)
-    assert bench._resolve_threads(None) == expected
-    assert bench._resolve_threads(1) == 1
-    with pytest.raises(ValueError, match="threads"):
-        bench._resolve_threads(numba.config.NUMBA_NUM_THREADS + 1)
-    with pytest.raises(ValueError, match="threads"):
-        bench._resolve_threads(0)
+# ------------------------------------------------------------------------------------------------------------
+# Timing: interleaving, medians (a fake clock: its readings are the unit's input)
+# ------------------------------------------------------------------------------------------------------------
 
 
-def test_run_bench_sets_equal_threads_and_restores_them():
-    numba = pytest.importorskip("numba")
-    before = (torch.get_num_threads(), numba.get_num_threads())
-    report = bench.run_bench(
-        500, divergences=("tv",), repeats=1, oracle_points=4, memory_sizes=(), threads=1, progress=False
-    )
-    assert report["threads"] == 1 and report["machine"]["torch_threads"] == 1
-    assert report["machine"]["numba_threads"] == 1
-    assert (torch.get_num_threads(), numba.get_num_threads()) == before
-    assert report["command"].startswith("bandcore.tools.bench.run_bench(sizes=(500,)")
+class FakeClock:
+    """A clock that moves only when a timed function says it ran (by ``cost`` seconds)."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.log = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def entry(self, name: str, cost: float):
+        def run():
+            self.log.append(name)
+            self.now += cost
+
+        def setup():
+            self.log.append(f"setup {name}")
+
+        return name, run, setup
+
+
+def test_interleaved_runs_the_rounds_in_order_and_keeps_every_round():
+    clock = FakeClock()
+    entries = [clock.entry("A", 0.25), clock.entry("B", 0.5), clock.entry("C", 2.0)]
+    timed = interleaved(entries, rounds=3, min_seconds=1.0, timer=clock)
+    # calls per batch: enough to last min_seconds (from one call each): A 4, B 2, C 1
+    assert {k: v["calls_per_round"] for k, v in timed.items()} == {"A": 4, "B": 2, "C": 1}
+    sizing = ["setup A", "A", "setup B", "B", "setup C", "C"]
+    one_round = ["setup A", *"AAAA", "setup B", *"BB", "setup C", "C"]
+    assert clock.log == sizing + one_round * 3  # A B C A B C A B C, every batch after its setup
+    assert timed["A"]["rounds"] == [0.25] * 3 and timed["B"]["rounds"] == [0.5] * 3
+    assert timed["C"]["rounds"] == [2.0] * 3
+    with pytest.raises(ValueError, match="rounds"):
+        interleaved(entries, rounds=0, min_seconds=1.0, timer=clock)
+
+
+def test_summarise_gives_median_quartiles_and_range():
+    assert summarise([5.0, 1.0, 4.0, 2.0, 3.0]) == {"median": 3.0, "q1": 2.0, "q3": 4.0, "min": 1.0, "max": 5.0}
+    assert summarise([1.0, 2.0, 3.0, 10.0]) == {"median": 2.5, "q1": 1.75, "q3": 4.75, "min": 1.0, "max": 10.0}
+    assert summarise([0.5]) == dict.fromkeys(("median", "q1", "q3", "min", "max"), 0.5)
+    with pytest.raises(ValueError):
+        summarise([])
 
 
 def test_time_call_counts_the_first_call_apart():
@@ -87,6 +138,268 @@ def test_time_call_counts_the_first_call_apart():
     assert set(timing) == {"first_call_seconds", "seconds", "calls_per_repeat"}
     assert timing["seconds"] > 0 and timing["calls_per_repeat"] >= 1
     assert len(calls) == 2 + 3 * timing["calls_per_repeat"]  # first, the estimate, then the timed repeats
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Cost of a generator
+# ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("divergence", "count"),
+    [("kl", 1), ("tv", 0), ("pearson", 0), ("neyman", 0), ("hellinger", 1), ("js", 2), ("alpha(0.5)", 1),
+     ("alpha(-1)", 0), ("alpha(3)", 0), ("(u-1)*log(u)", 1), ("(u-1)**4", 0), ("u**u - 1", 1),
+     ("log(u)**2 + exp(u - 1) - u", 2), ("where(u < 1, cosh(u - 1) - 1, (u - 1)**2)", 1)],
+)  # fmt: skip
+def test_transcendental_count_reads_the_parsed_tree(divergence, count):
+    assert transcendental_count(divergence) == count
+
+
+def test_nearest_in_cost_prefers_the_closest_count_then_the_faster():
+    catalogue = {"kl": (1, 3.0), "hellinger": (1, 2.0), "tv": (0, 0.5), "js": (2, 1.0)}
+    assert nearest_in_cost(1, catalogue) == "hellinger"  # kl and hellinger tie: the faster
+    assert nearest_in_cost(0, catalogue) == "tv"
+    assert nearest_in_cost(5, catalogue) == "js"  # the closest count even if others are faster
+    assert nearest_in_cost(1, {}) is None
+
+
+def test_bench_modules_import_no_cycle():
+    """The bench modules import each other without a cycle (tools/bench <-> tools/bench_memory was one)."""
+    graph = {}
+    for path in TOOLS.glob("bench*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "").startswith("bench"):
+                imported.add(node.module)
+        graph[path.stem] = imported
+    assert "bench" not in graph["bench_memory"]
+    done, visiting = set(), set()
+
+    def visit(module):
+        assert module not in visiting, f"import cycle through {module}"
+        if module in done:
+            return
+        visiting.add(module)
+        for other in graph.get(module, ()):
+            visit(other)
+        visiting.discard(module)
+        done.add(module)
+
+    for module in graph:
+        visit(module)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A run on the fake clock: the report's shape and every derived number, exactly
+# ------------------------------------------------------------------------------------------------------------
+
+TICK = 2.0**-10  # each reading of the run's clock moves it by one tick: every batch lasts exactly one tick
+
+
+def _ticking_clock():
+    counter = itertools.count()
+    return lambda: next(counter) * TICK
+
+
+@pytest.fixture(scope="module")
+def clock_run():
+    numba = pytest.importorskip("numba")
+    threads = min(2, numba.config.NUMBA_NUM_THREADS)
+    before = (torch.get_num_threads(), numba.get_num_threads())
+    report = bench.run_bench(
+        (300, 100), divergences=("kl", "tv"), rounds=3, min_round_seconds=TICK, oracle_points=8, memory_sizes=(),
+        threads=threads, progress=False, timer=_ticking_clock(),
+    )  # fmt: skip
+    assert (torch.get_num_threads(), numba.get_num_threads()) == before  # restored
+    return report
+
+
+def test_clock_run_has_every_row_and_block(clock_run):
+    r = clock_run
+    assert tuple(r["distributions"]) == ("llm", "mid")
+    assert set(r["generators"]) == {"llm", "mid"} and not r["unavailable"], r["unavailable"]
+    methods = {"kl": ["published", "numpy", "numba", "torch", "table", "table-torch"]}
+    methods["tv"] = methods["kl"]
+    keys = {(row["distribution"], row["divergence"], row["method"], row["n_tokens"]) for row in r["results"]}
+    assert keys == {(d, v, m, n) for d in ("llm", "mid") for v in ("kl", "tv") for m in [*methods[v], "exp_pass"]
+                    for n in (300, 100)}  # fmt: skip
+    assert len(r["results"]) == len(keys)
+    threaded = [m for m in methods["kl"] if m != "numpy"]
+    expected = [f"{m}@1" for m in methods["kl"]] + ["exp_pass@1"]
+    if r["threads"] > 1:
+        expected += [f"{m}@{r['threads']}" for m in threaded]
+    assert len(r["blocks"]) == 8 and all(block["order"] == expected for block in r["blocks"])
+    assert r["command"].startswith("bandcore.tools.bench.run_bench(sizes=(300, 100)")
+
+
+def test_clock_run_times_are_the_clock_readings(clock_run):
+    r = clock_run
+    for row in r["results"]:
+        for key in ("1", "all"):
+            times = row["times"][key]
+            assert times["rounds"] == [TICK] * 3 and times["calls_per_round"] == 1
+            assert times["median"] == times["min"] == times["max"] == TICK and times["first_call_seconds"] == TICK
+            assert row["ns_per_token"][key] == 1e9 * TICK / row["n_tokens"]
+            assert row["x_exp_pass"][key] == 1.0
+            assert row["speedup_vs_published"][key] == 1.0 and row["speedup_vs_published_kl"][key] == 1.0
+        one_thread = row["method"] in ("numpy", "exp_pass")
+        assert row["times"]["1"]["threads"] == 1
+        assert row["times"]["all"]["threads"] == (1 if one_thread else r["threads"])
+
+
+def _set_medians(report, medians):
+    """Every row's medians (per thread key) from ``medians(row, key)``."""
+    for row in report["results"]:
+        for key in ("1", "all"):
+            row["times"][key]["median"] = medians(row, key)
+
+
+def _exact_times(row, key):
+    """Exact binary fractions: published 2 s (KL) or 1 s (TV) on 1 thread, half that on all; exp pass 1/8 s;
+    numba 1/32 s on 1 thread, 1/64 on all; every other row 1/4 s; the 100-token block twice as fast."""
+    scale = 0.5 if row["n_tokens"] == 100 else 1.0
+    if row["method"] == "published":
+        value = 2.0 if row["divergence"] == "kl" else 1.0
+        return scale * (value if key == "1" else value / 2)
+    if row["method"] == "exp_pass":
+        return scale / 8
+    if row["method"] == "numba":
+        return scale * (1 / 32 if key == "1" else 1 / 64)
+    return scale / 4
+
+
+def test_ratios_are_medians_over_medians(clock_run):
+    r = json.loads(json.dumps(clock_run))
+    _set_medians(r, _exact_times)
+    bench.derive_ratios(r)
+    rows = {(x["distribution"], x["divergence"], x["method"], x["n_tokens"]): x for x in r["results"]}
+    kl = rows["mid", "kl", "numba", 300]
+    assert kl["speedup_vs_published"] == {"1": 64.0, "all": 64.0} == kl["speedup_vs_published_kl"]
+    assert kl["x_exp_pass"] == {"1": 0.25, "all": 0.125}
+    assert kl["ns_per_token"]["all"] == 1e9 / 64 / 300
+    tv = rows["llm", "tv", "numba", 100]
+    assert tv["speedup_vs_published"] == {"1": 32.0, "all": 32.0} and tv["speedup_vs_published_kl"]["1"] == 64.0
+    assert rows["llm", "tv", "torch", 300]["speedup_vs_published"] == {"1": 4.0, "all": 2.0}
+    assert all("nearest_catalogue" not in row for row in r["results"])  # only user generators get one
+
+
+def test_user_generator_gets_the_nearest_catalogue_divergence(clock_run):
+    """A user generator's rows (copied from KL's, renamed) beside the catalogue divergence of the same run with
+    the closest transcendental count, ties to the faster: (u-1)*log(u) has 1 like KL (TV has 0)."""
+    r = json.loads(json.dumps(clock_run))
+    user = "(u-1)*log(u)"
+    r["divergences"] = [*r["divergences"], user]
+    copied = [row for row in clock_run["results"] if row["divergence"] == "kl" and row["method"] != "published"]
+    r["results"] += [{**json.loads(json.dumps(row)), "divergence": user} for row in copied]
+    _set_medians(r, lambda row, key: 0.75 if row["divergence"] == user else _exact_times(row, key))
+    bench.derive_ratios(r)
+    numba = next(x for x in r["results"] if (x["divergence"], x["method"], x["n_tokens"], x["distribution"])
+                 == (user, "numba", 300, "llm"))  # fmt: skip
+    assert numba["transcendentals"] == 1
+    assert numba["nearest_catalogue"]["1"] == {"divergence": "kl", "transcendentals": 1, "ratio": 24.0}
+    assert numba["nearest_catalogue"]["all"]["ratio"] == 48.0
+    assert numba["speedup_vs_published"] == {"1": None, "all": None}
+    assert numba["speedup_vs_published_kl"]["1"] == 2 / 0.75
+    for row in r["results"]:  # a tie, KL against a 1-transcendental divergence twice as fast: the faster
+        if row["divergence"] == "tv":
+            row["divergence"], row["transcendentals"] = "hellinger", 1
+    r["divergences"] = [("hellinger" if d == "tv" else d) for d in r["divergences"]]
+    _set_medians(r, lambda row, key: 0.75 if row["divergence"] == user else _exact_times(row, key) / (
+        2 if row["divergence"] == "hellinger" else 1))  # fmt: skip
+    bench.derive_ratios(r)
+    near = numba["nearest_catalogue"]
+    assert near["1"] == {"divergence": "hellinger", "transcendentals": 1, "ratio": 48.0}  # 0.75 / (1/64)
+    assert near["all"]["ratio"] == 96.0
+    markdown = format_markdown(r)
+    assert f"| {user} | exact, Numba | 300 | 1 | hellinger (1) | 48× | hellinger (1) | 96× |" in markdown
+
+
+def test_spread_over_runs_reports_median_and_range(clock_run, tmp_path, capsys):
+    """``--from-json A B C``: per distribution, each ratio as median [min – max] over the runs (one run and two
+    copies, the published solver made 2× and 3× slower), with exact times set before the ratios are derived."""
+    names = []
+    for k, factor in enumerate((1.0, 2.0, 3.0)):
+        run = json.loads(json.dumps(clock_run))
+        run["seed"] = k
+        _set_medians(run, lambda row, key, f=factor: _exact_times(row, key) * (f if row["method"] == "published"
+                                                                               else 1.0))  # fmt: skip
+        bench.derive_ratios(run)
+        names.append(tmp_path / f"run{k}.json")
+        names[-1].write_text(json.dumps(run))
+    out = tmp_path / "spread.md"
+    assert main(["bench", "--from-json", *map(str, names), "--markdown", str(out)]) == 0
+    markdown = out.read_text()
+    assert markdown == capsys.readouterr().out
+    assert markdown.startswith("3 runs of `bandcore bench`") and markdown.count("(seed ") == 3
+    assert markdown.count("### Distribution `llm`") == markdown.count("### Distribution `mid`") == 1
+    mid = markdown[markdown.index("### Distribution `mid`"):]
+    cells = next(line for line in mid.splitlines() if line.startswith("| kl | exact, Numba | 3 |")).split(" | ")
+    # 300 tokens: ns/token 1e9/32/300 = 104,167 in every run; × exp pass 0.25; × published 64× [64 – 192]
+    same = ns(1e9 / 32 / 300)
+    assert cells[3] == f"{same} [{same} – {same}]" and cells[5] == "0.25× [0.25× – 0.25×]"
+    assert cells[6] == cells[7] == "128× [64× – 192×]"
+    tv = next(line for line in mid.splitlines() if line.startswith("| tv | exact, torch | 3 |")).split(" | ")
+    assert tv[6] == "8.00× [4.00× – 12×]" and tv[7] == "4.00× [2.00× – 6.00×]"
+    bad = json.loads(names[2].read_text())
+    bad["delta"] = 0.1
+    names[2].write_text(json.dumps(bad))
+    assert main(["bench", "--from-json", *map(str, names)]) == 2
+    err = capsys.readouterr().err
+    assert "run2.json has delta = 0.1" in err and "run0.json has 0.05" in err
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Threads, options, files
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_default_threads_are_the_cores_for_torch_and_numba():
+    numba = pytest.importorskip("numba")
+    expected = min(os.cpu_count() or 1, numba.config.NUMBA_NUM_THREADS)
+    assert resolve_threads(None) == expected
+    assert resolve_threads(1) == 1
+    with pytest.raises(ValueError, match="threads"):
+        resolve_threads(numba.config.NUMBA_NUM_THREADS + 1)
+    with pytest.raises(ValueError, match="threads"):
+        resolve_threads(0)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--threads", "0"], ["--n", "0"], ["--n", "100", "-5"], ["--delta", "nan"], ["--rounds", "-1"],
+     ["--distributions", "uniform"]],
+)  # fmt: skip
+def test_bench_usage_errors_are_one_line(capsys, args):
+    assert main(["bench", "--quiet", "--no-memory", *args]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("bandcore bench: error: ") and args[0] in err[0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"distributions": ("uniform",)}, "llm, mid"), ({"divergences": ("nope",)}, "nope"),
+     ({"divergences": ("u**2",)}, "f\\(1\\) must be 0"), ({"rounds": 0}, "rounds"),
+     ({"min_round_seconds": 0.0}, "min_round_seconds"), ({"distributions": ()}, "at least one")],
+)  # fmt: skip
+def test_run_bench_refuses_bad_settings_before_the_run(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        bench.run_bench(100, **{"memory_sizes": (), "progress": False, **kwargs})
+
+
+def test_reports_of_earlier_versions_are_refused_not_misread(capsys, tmp_path):
+    old = tmp_path / "old.json"  # the best-of-repeats format: no distributions, no rounds
+    old.write_text(json.dumps({"sizes": [10], "delta": 0.05, "results": [{"method": "numba", "seconds": 1.0}]}))
+    for argv in ([str(old)], [str(old), str(old)]):
+        assert main(["bench", "--from-json", *argv]) == 2
+        err = capsys.readouterr().err
+        assert "old.json is not a report of this bandcore bench" in err and len(err.splitlines()) == 1
+
+
+def test_bench_missing_files_fail_before_the_run(capsys, tmp_path):
+    assert main(["bench", "--quiet", "--json", str(tmp_path / "no" / "b.json")]) == 1
+    assert "--json: directory" in capsys.readouterr().err
+    assert main(["bench", "--from-json", str(tmp_path / "absent.json")]) == 1
+    assert "absent.json" in capsys.readouterr().err
 
 
 def test_last_level_cache_is_read_from_sysfs_files(tmp_path):
@@ -111,23 +424,33 @@ def test_last_level_cache_falls_back_with_a_note(tmp_path):
         assert llc["source"].startswith("os.sysconf") and llc["bytes"] > 0
 
 
-@pytest.mark.parametrize(
-    "args", [["--threads", "0"], ["--n", "0"], ["--n", "100", "-5"], ["--delta", "nan"], ["--repeats", "-1"]]
-)
-def test_bench_usage_errors_are_one_line(capsys, args):
-    assert main(["bench", "--quiet", "--no-memory", *args]) == 2
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith("bandcore bench: error: ") and args[0] in err[0]
+def test_table_rows_use_the_numba_kernel_at_every_size(monkeypatch):
+    """The table rows are labelled "Numba kernel": also at 10k tokens, where ``backend="auto"`` would read
+    NumPy input with the NumPy kernel."""
+    import bandcore.tables.evaluate as evaluate
+    from bandcore.tools.bench_methods import _tables
+
+    seen = []
+    run_lookup = evaluate.run_lookup
+
+    def recording(*args):
+        seen.append(args[-1])
+        return run_lookup(*args)
+
+    methods, _ = _tables("kl", 0.05)  # (loading the table spot-checks it with NumPy)
+    monkeypatch.setattr(evaluate, "run_lookup", recording)
+    x = np.log(np.linspace(0.01, 0.99, 100))
+    for method in methods:
+        method.timed(torch.from_numpy(x) if method.torch_input else x)
+        method.logs(x)
+    assert seen == ["numba"] * 4
 
 
-def test_bench_missing_files_fail_before_the_run(capsys, tmp_path):
-    assert main(["bench", "--quiet", "--json", str(tmp_path / "no" / "b.json")]) == 1
-    assert "--json: directory" in capsys.readouterr().err
-    assert main(["bench", "--from-json", str(tmp_path / "absent.json")]) == 1
-    assert "absent.json" in capsys.readouterr().err
+# ------------------------------------------------------------------------------------------------------------
+# The quick run through the CLI (real clock; nothing about its speed is checked)
+# ------------------------------------------------------------------------------------------------------------
 
-
-QUICK = ["bench", "--quick", "--quiet", "--published-single-thread"]
+QUICK = ["bench", "--quick", "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -141,25 +464,37 @@ def quick_run(tmp_path_factory):
 @pytest.mark.slow
 def test_quick_bench_json_has_every_row_at_equal_threads(quick_run):
     r, _, _ = quick_run
-    for key in ("sizes", "delta", "seed", "machine", "copy", "results", "memory", "tables", "accuracy_points",
-                "command", "threads", "thread_note"):  # fmt: skip
-        assert key in r
-    threads = bench._resolve_threads(None)
+    threads = resolve_threads(None)
     assert r["threads"] == threads == r["machine"]["torch_threads"]
     assert r["machine"]["numba_threads"] in (threads, None)  # None: Numba not installed
-    assert f"set to {threads} thread(s)" in r["thread_note"]
+    assert f"on all {threads} thread(s)" in r["thread_note"] and set(r["thread_setting"]) >= {"published", "numba"}
     serial = threads > 1 and min(r["sizes"]) <= r["numba_serial_max"]  # small calls run on one thread: said
     assert ("run serially" in r["thread_note"]) == serial
     assert len(r["machine"]["load_average_start"]) == len(r["machine"]["load_average_end"]) == 3  # Linux
     assert not r["unavailable"], r["unavailable"]
-    assert r["sizes"] == [20_000, 1_000]
-    rows = {(row["divergence"], row["method"], row["n_tokens"]): row for row in r["results"]}
-    methods = ("published", "published-1t", "numpy", "numba", "torch", "table", "table-torch", "roofline")
-    assert set(rows) == {(d, m, n) for d in ("kl", "tv", "pearson") for m in methods for n in r["sizes"]}
-    for (_, method, _), row in rows.items():
-        expected = 1 if method in ("numpy", "published-1t") else threads  # everything else at equal threads
-        assert row["threads"] == expected, (method, row["threads"])
-    assert {m["method"] for m in r["memory"]} == {"numba", "torch", "table"}
+    assert r["sizes"] == [20_000, 1_000] and r["distributions"] == ["llm", "mid"] and r["rounds"] == 3
+    assert len(r["results"]) == 2 * 3 * 7 * 2 and r["memory"] == []
+    for row in r["results"]:
+        for key in ("1", "all"):
+            times = row["times"][key]
+            assert len(times["rounds"]) == 3 and times["median"] == summarise(times["rounds"])["median"]
+            assert times["min"] <= times["q1"] <= times["median"] <= times["q3"] <= times["max"]
+            assert times["first_call_seconds"] > 0 and times["calls_per_round"] >= 1
+
+
+@pytest.mark.slow
+def test_quick_bench_ratios_come_from_the_measured_medians(quick_run):
+    r, _, _ = quick_run
+    again = json.loads(json.dumps(r))
+    bench.derive_ratios(again)
+    assert again["results"] == r["results"]  # the derived fields are those of the medians saved
+    for row in r["results"]:
+        same = {x["method"]: x for x in r["results"] if (x["distribution"], x["divergence"], x["n_tokens"])
+                == (row["distribution"], row["divergence"], row["n_tokens"])}  # fmt: skip
+        for key in ("1", "all"):
+            median = row["times"][key]["median"]
+            assert row["x_exp_pass"][key] == median / same["exp_pass"]["times"]["1"]["median"]
+            assert row["speedup_vs_published"][key] == same["published"]["times"][key]["median"] / median
 
 
 @pytest.mark.slow
@@ -170,35 +505,14 @@ def test_quick_bench_copy_is_out_of_cache(quick_run):
     for method in copy["methods"].values():
         assert math.isclose(method["gb_per_s"], 2 * copy["array_bytes"] / method["seconds"] / 1e9)
     assert copy["gb_per_s"] == max(m["gb_per_s"] for m in copy["methods"].values())
-    assert math.isclose(copy["roofline_mtok_s"], copy["gb_per_s"] * 1e9 / 12 / 1e6)
-
-
-@pytest.mark.slow
-def test_quick_bench_ratios_come_from_the_measured_times(quick_run):
-    r, _, _ = quick_run
-    roofline = r["copy"]["roofline_mtok_s"]
-    for row in r["results"]:
-        n = row["n_tokens"]
-        same = [x for x in r["results"] if x["divergence"] == row["divergence"] and x["n_tokens"] == n]
-        published = next(x["seconds"] for x in same if x["method"] == "published")
-        best_exact = min(x["seconds"] for x in same if x["kind"] == "exact")
-        assert row["seconds"] > 0
-        assert math.isclose(row["mtok_s"], n / row["seconds"] / 1e6)
-        assert math.isclose(row["roofline_fraction"], row["mtok_s"] / roofline)
-        assert math.isclose(row["speedup_vs_published"], published / row["seconds"])
-        assert math.isclose(row["speedup_vs_best_exact"], best_exact / row["seconds"])
-        if row["kind"] == "roofline":
-            assert math.isclose(row["seconds"], n * 12 / (r["copy"]["gb_per_s"] * 1e9))
-            assert row["max_rel_err"] is None and row["first_call_seconds"] is None
-        else:
-            assert row["first_call_seconds"] > 0 and row["calls_per_repeat"] >= 1
 
 
 @pytest.mark.slow
 def test_quick_bench_errors_are_within_the_contracts(quick_run):
     r, _, _ = quick_run
     for row in r["results"]:
-        if row["kind"] == "roofline":
+        if row["kind"] == "unit":
+            assert row["max_rel_err"] is None and row["contract"] is None
             continue
         assert row["max_rel_err"] == max(row["max_rel_err_lower"], row["max_rel_err_upper"])
         if row["kind"] == "exact":
@@ -213,15 +527,17 @@ def test_quick_bench_errors_are_within_the_contracts(quick_run):
 @pytest.mark.slow
 def test_quick_bench_accuracy_columns_are_recomputable(quick_run):
     r, _, _ = quick_run
-    x = llm_like_log_probs(max(r["sizes"]), r["seed"])
-    pts = _accuracy_points(x, r["accuracy_points"], r["seed"])
+    share = max(2, r["oracle_points"] // len(r["distributions"]))
+    pts = np.unique(np.concatenate([accuracy_points(log_probs(d, max(r["sizes"]), r["seed"]), share, r["seed"])
+                                    for d in r["distributions"]]))  # fmt: skip
+    assert len(pts) == r["accuracy_points"]
     exact_lo, exact_up = reference_band_log("kl", pts, r["delta"])
     lo, up = published_band(torch.from_numpy(pts), "kl", r["delta"])
     with np.errstate(divide="ignore"):
         err_lo = rel_log_error(np.log(lo.numpy()), exact_lo).max()
         err_up = rel_log_error(np.log(up.numpy()), exact_up).max()
     for row in r["results"]:
-        if row["divergence"] == "kl" and row["method"].startswith("published"):
+        if row["divergence"] == "kl" and row["method"] == "published":
             assert row["max_rel_err_lower"] == err_lo and row["max_rel_err_upper"] == err_up
 
 
@@ -231,26 +547,34 @@ def test_quick_bench_markdown_is_generated_from_the_json(quick_run, capsys):
     command = "bandcore " + " ".join([*QUICK, "--json", str(folder / "bench.json"), "--markdown",
                                       str(folder / "bench.md")])  # fmt: skip
     assert r["command"] == command and f"Command: `{command}`" in markdown
-    table = [line for line in markdown.splitlines() if line.startswith("| kl | ") and line.count("|") == 12]
-    assert len(table) == 8  # published, published 1 thread, 3 exact backends, 2 table paths, roofline
-    numba = next(line for line in table if "exact, Numba" in line).split(" | ")
-    row = next(x for x in r["results"] if (x["divergence"], x["method"], x["n_tokens"]) == ("kl", "numba", 20_000))
-    assert math.isclose(float(numba[3].replace(",", "")), row["seconds"] * 1e3, rel_tol=0.01)  # 3 digits
-    assert numba[2] == str(r["threads"])
-    assert "≤ 1.0e-12 (contract): ok" in numba[-1]
     assert format_markdown(r) == markdown
+    for distribution in ("llm", "mid"):
+        assert markdown.count(f"### Distribution `{distribution}`") == 1
+    llm = markdown[markdown.index("### Distribution `llm`"):markdown.index("### Distribution `mid`")]
+    table = [line for line in llm.splitlines() if line.startswith("| kl | ")]
+    assert len(table) == 7  # published, 3 exact backends, 2 table paths, the exp pass
+    numba = next(line for line in table if "exact, Numba" in line).split(" | ")
+    row = next(x for x in r["results"] if (x["distribution"], x["divergence"], x["method"], x["n_tokens"])
+               == ("llm", "kl", "numba", 20_000))  # fmt: skip
+    assert numba[2] == ns(row["ns_per_token"]["1"]) and numba[3] == ns(row["ns_per_token"]["all"])
+    assert "≤ 1.0e-12 (contract): ok" in numba[-1]
     again = folder / "again.md"
     assert main(["bench", "--from-json", str(folder / "bench.json"), "--markdown", str(again)]) == 0
     assert again.read_text() == markdown
-    assert "kl         numba" in capsys.readouterr().out
+    assert "llm  kl           numba" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_peak_memory_is_measured_in_a_subprocess():
+    row = measure_memory("numba", "kl", 0.05, 100_000, 1)
+    assert "error" not in row, row
+    assert row["input_bytes"] == 400_000 and row["peak_over_input"] == row["peak_extra_bytes"] / 400_000
 
 
 @pytest.mark.slow
 def test_gpu_check_script_runs_on_cpu(tmp_path):
-    import os
     import subprocess
     import sys
-    from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "gpu.json"
@@ -262,72 +586,3 @@ def test_gpu_check_script_runs_on_cpu(tmp_path):
     failed = [c for c in report["checks"] if not c["ok"]]
     assert proc.returncode == 0 and not failed, failed
     assert {"table_torch_kl", "band_log_torch_kl", "copy"} <= set(report["throughput"])
-
-
-@pytest.mark.slow
-def test_spread_over_runs_reports_median_and_range(quick_run, tmp_path, capsys):
-    """``--from-json A B C``: each time and ratio as median [min – max] over the runs (here one run and two
-    copies of it, made 2× and 3× slower in the published solver only), worst error, every run's verdict.
-
-    The times are set to exact binary fractions first (published KL 2 s, other published rows 1 s, every
-    bandcore row 1/8 s), so the ratios checked are exact numbers, not the speed of the machine running the test."""
-    r, _, _ = quick_run
-    names = []
-    for k, factor in enumerate((1.0, 2.0, 3.0)):
-        run = json.loads(json.dumps(r))
-        run["seed"] = k
-        for row in run["results"]:
-            if row["method"] == "published":
-                row["seconds"] = (2.0 if row["divergence"] == "kl" else 1.0) * factor
-            else:
-                row["seconds"] = 0.125
-        for row in run["results"]:
-            if row["speedup_vs_published"] is not None:
-                publ = next(x for x in run["results"] if (x["divergence"], x["method"], x["n_tokens"])
-                            == (row["divergence"], "published", row["n_tokens"]))  # fmt: skip
-                row["speedup_vs_published"] = publ["seconds"] / row["seconds"]
-        names.append(tmp_path / f"run{k}.json")
-        names[-1].write_text(json.dumps(run))
-    out = tmp_path / "spread.md"
-    assert main(["bench", "--from-json", *map(str, names), "--markdown", str(out)]) == 0
-    markdown = out.read_text()
-    assert markdown == capsys.readouterr().out
-    assert markdown.startswith("3 runs of `bandcore bench`") and markdown.count("(seed ") == 3
-    numba = next(line for line in markdown.splitlines() if line.startswith("| kl | exact, Numba | 3 |"))
-    row = next(x for x in r["results"] if (x["divergence"], x["method"], x["n_tokens"]) == ("kl", "numba", 20_000))
-    assert row["speedup_vs_published"] is not None
-    cells = numba.split(" | ")
-    for column in (4, 5):  # × published, × published KL: the same for KL (16×, 32×, 48×)
-        median, low, high = (float(v.strip("×[]")) for v in cells[column].replace("–", " ").split())
-        assert (median, low, high) == (32.0, 16.0, 48.0)
-    tv = next(line for line in markdown.splitlines() if line.startswith("| tv | exact, Numba | 3 |")).split(" | ")
-    assert tv[5].count("×") == 3 and tv[5] != tv[4]  # TV's own published closed form and the published KL
-    assert cells[-1].strip(" |") == "ok"
-    bad = json.loads(names[2].read_text())
-    bad["delta"] = 0.1
-    names[2].write_text(json.dumps(bad))
-    assert main(["bench", "--from-json", *map(str, names)]) == 2
-    err = capsys.readouterr().err
-    assert "run2.json has delta = 0.1" in err and "run0.json has 0.05" in err
-
-
-def test_table_rows_use_the_numba_kernel_at_every_size(monkeypatch):
-    """The table rows are labelled "Numba kernel": also at 10k tokens, where ``backend="auto"`` would read
-    NumPy input with the NumPy kernel."""
-    import bandcore.tables.evaluate as evaluate
-    from bandcore.tools.bench_methods import _tables
-
-    seen = []
-    run_lookup = evaluate.run_lookup
-
-    def recording(*args):
-        seen.append(args[-1])
-        return run_lookup(*args)
-
-    methods, _ = _tables("kl", 0.05, 1)  # (loading the table spot-checks it with NumPy)
-    monkeypatch.setattr(evaluate, "run_lookup", recording)
-    x = np.log(np.linspace(0.01, 0.99, 100))
-    for method in methods:
-        method.timed(torch.from_numpy(x) if method.torch_input else x)
-        method.logs(x)
-    assert seen == ["numba"] * 4

@@ -1,9 +1,11 @@
-"""``bandcore bench``: time the backends and tables against the published solver and the memory roofline.
+"""``bandcore bench``: time the backends and tables against the published solver, interleaved, on 1 and all threads.
 
 The benchmark itself is :mod:`bandcore.tools.bench`; this module parses the options, prints the text report and
 writes the JSON (``--json``) and the Markdown generated from it (``--markdown``, with this command line).
-Numba, torch, the published solver and the copy run on the same thread count (the machine's cores unless
-``--threads N``).  A progress bar is drawn on stderr when it is a terminal (never with ``--quiet``).
+Every method and the published solver are timed on 1 thread and on the machine's cores (``--threads N``),
+torch and Numba set to the same count, in interleaved rounds with one ``np.log`` pass (the machine-independent
+unit), on the token distributions ``llm`` and ``mid``.  A progress bar is drawn on stderr when it is a terminal
+(never with ``--quiet``).
 """
 
 from __future__ import annotations
@@ -17,32 +19,41 @@ from typing import Any
 __all__ = ["register"]
 
 _DEFAULT_DIVERGENCES = ("kl", "tv", "pearson", "hellinger", "js")
-_DEFAULT_SIZES = (1_000_000, 10_000)
-_QUICK = dict(sizes=(20_000, 1_000), repeats=2, oracle_points=16, memory_sizes=(200_000,))
+_DEFAULT_SIZES = (500_000, 10_000)
+_DISTRIBUTIONS = ("llm", "mid")
+_QUICK = dict(sizes=(20_000, 1_000), rounds=3, min_round_seconds=0.005, oracle_points=16, memory_sizes=())
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` parser and its handler."""
     p = subparsers.add_parser(
         "bench",
-        help="time the backends and tables against the published solver and the memory roofline",
+        help="time the backends and tables against the published solver (interleaved, 1 and all threads)",
         description=__doc__.split("\n\n")[0].replace("``", ""),
     )
     p.add_argument(
-        "--n", type=int, nargs="+", metavar="N", help="token counts to time (default: 1000000 10000, i.e. 1M and 10k)"
+        "--n", type=int, nargs="+", metavar="N", help="token counts to time (default: 500000 10000, i.e. 500k and 10k)"
     )
     p.add_argument("--delta", type=float, default=0.05, help="trust-region radius (default 0.05)")
     p.add_argument("--divergences", nargs="+", help=f"divergences to time (default {' '.join(_DEFAULT_DIVERGENCES)})")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats, best is kept (default 5)")
-    p.add_argument("--oracle-points", type=int, default=256, help="points checked against mpmath (default 256)")
+    p.add_argument(
+        "--distributions", nargs="+", choices=_DISTRIBUTIONS, metavar="NAME",
+        help="token distributions, each a block of the report: llm (like sampled LLM tokens), mid "
+             "(log p = -2 E, E ~ Exp(1)) (default: both)",
+    )  # fmt: skip
+    p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds, the median is kept (default 5)")
+    p.add_argument("--oracle-points", type=int, default=64, help="points checked against mpmath, shared among the "
+                   "distributions (default 64)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the input generator (default 0)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
-    p.add_argument("--threads", type=int, help="threads of Numba, torch and the copy (default: the machine's cores)")
     p.add_argument(
-        "--published-single-thread", action="store_true",
-        help="also time the published solver on 1 thread (an extra, labelled row)",
+        "--threads", type=int, help="the 'all threads' count of Numba and torch (default: the machine's cores)"
+    )
+    p.add_argument(
+        "--quick", action="store_true",
+        help="small run (20k and 1k tokens, 3 rounds of 5 ms, 16 oracle points, kl tv pearson, no memory "
+             "subprocesses) for a first look",
     )  # fmt: skip
-    p.add_argument("--quick", action="store_true", help="small run (20k and 1k tokens, 16 oracle points) for tests")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     p.add_argument("--markdown", metavar="FILE", help="write the Markdown tables (generated from the JSON report)")
@@ -73,14 +84,12 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     else:
         settings.update(
             sizes=tuple(_positive(n, "--n") for n in args.n) if args.n else _DEFAULT_SIZES,
-            repeats=_positive(args.repeats, "--repeats"),
+            rounds=_positive(args.rounds, "--rounds"),
             oracle_points=_positive(args.oracle_points, "--oracle-points"),
             memory_sizes=() if args.no_memory else (1_000_000, 10_000_000),
             divergences=tuple(args.divergences or _DEFAULT_DIVERGENCES),
         )
-    if args.quick and args.no_memory:
-        settings["memory_sizes"] = ()
-    settings["published_single_thread"] = args.published_single_thread
+    settings["distributions"] = tuple(args.distributions or _DISTRIBUTIONS)
     return settings
 
 
@@ -90,7 +99,8 @@ def _check_folder(path: str | None, option: str) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from ..tools.bench_report import check_comparable, format_markdown, format_report, format_spread
+    from ..tools.bench_report import check_format, format_markdown, format_report
+    from ..tools.bench_spread import check_comparable, format_spread
 
     for path, option in ((args.json, "--json"), (args.markdown, "--markdown")):
         _check_folder(path, option)  # fail before the run, not after it
@@ -98,6 +108,8 @@ def _handle(args: argparse.Namespace) -> int:
         if args.json:
             raise ValueError("--json: not with several --from-json files (they are the runs of the spread)")
         reports = [json.loads(Path(name).read_text(encoding="utf-8")) for name in args.from_json]
+        for report, name in zip(reports, args.from_json, strict=True):
+            check_format(report, name)
         check_comparable(reports, args.from_json)
         markdown = format_spread(reports)
         print(markdown, end="")
@@ -116,6 +128,7 @@ def _handle(args: argparse.Namespace) -> int:
         if args.json:
             Path(args.json).write_text(text, encoding="utf-8")
     report = json.loads(text)  # the text and the Markdown are rendered from the JSON, as saved
+    check_format(report, args.from_json[0] if args.from_json else "the run")
     print(format_report(report))
     if args.markdown:
         Path(args.markdown).write_text(format_markdown(report), encoding="utf-8")

@@ -1,5 +1,5 @@
-"""Threads and peak memory for the benchmark: equal thread counts for torch and Numba, and the peak extra
-resident memory of one method measured in a fresh subprocess (``/proc/self/clear_refs`` + ``VmHWM``)."""
+"""Peak memory for the benchmark: the peak extra resident memory of one method, measured in a fresh subprocess
+(``/proc/self/clear_refs`` + ``VmHWM``) on the ``llm`` distribution."""
 
 from __future__ import annotations
 
@@ -10,53 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._contract import check_positive_int
+from .bench_inputs import llm_like_log_probs
+from .bench_threads import set_threads
 
-
-def _numba_max_threads() -> int | None:
-    try:
-        import numba
-    except ImportError:
-        return None
-    return int(numba.config.NUMBA_NUM_THREADS)
-
-
-def _get_threads() -> tuple[int, int | None]:
-    """(torch intra-op threads, Numba threads or None without Numba)."""
-    import torch
-
-    try:
-        import numba
-    except ImportError:
-        return torch.get_num_threads(), None
-    return torch.get_num_threads(), int(numba.get_num_threads())
-
-
-def _set_threads(torch_threads: int, numba_threads: int | None = -1) -> None:
-    """Set torch's and Numba's thread counts (Numba's to ``torch_threads`` unless given)."""
-    import torch
-
-    torch.set_num_threads(torch_threads)
-    numba_threads = torch_threads if numba_threads == -1 else numba_threads
-    if numba_threads is not None and _numba_max_threads() is not None:
-        import numba
-
-        numba.set_num_threads(numba_threads)
-
-
-def _resolve_threads(threads: int | None) -> int:
-    """The thread count of the run: ``threads`` or the machine's cores, within what Numba was started with."""
-    cores = os.cpu_count() or 1
-    numba_max = _numba_max_threads()
-    if threads is None:
-        return min(cores, numba_max) if numba_max else cores
-    threads = check_positive_int(threads, "threads")
-    if numba_max is not None and threads > numba_max:
-        raise ValueError(
-            f"threads must be at most {numba_max} (Numba's NUMBA_NUM_THREADS; set that variable to allow more), "
-            f"got threads={threads}"
-        )
-    return threads
+__all__ = ["measure_memory"]
 
 
 def _status_kib(field: str) -> int:
@@ -68,9 +25,7 @@ def _status_kib(field: str) -> int:
 
 def _memory_child(method: str, divergence: str, delta: float, n: int, threads: int) -> None:
     """Run in a subprocess: print the peak extra resident memory of one call as JSON."""
-    from .bench import llm_like_log_probs  # the child process imports the benchmark; the parent does not
-
-    _set_threads(threads)
+    set_threads(threads)
     x = llm_like_log_probs(n, seed=0)
     if method == "table":
         from ..tables import BandTable
@@ -102,7 +57,8 @@ def _memory_child(method: str, divergence: str, delta: float, n: int, threads: i
     print(json.dumps({"peak_extra_bytes": (peak - base) * 1024}))
 
 
-def _measure_memory(method: str, divergence: str, delta: float, n: int, threads: int) -> dict[str, Any]:
+def measure_memory(method: str, divergence: str, delta: float, n: int, threads: int) -> dict[str, Any]:
+    """Peak extra resident bytes of one ``method`` call on ``n`` tokens, from a fresh subprocess (or ``error``)."""
     code = (
         "from bandcore.tools.bench_memory import _memory_child; "
         f"_memory_child({method!r}, {divergence!r}, {delta!r}, {n}, {threads})"

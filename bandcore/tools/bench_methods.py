@@ -1,11 +1,13 @@
 r"""What ``bandcore bench`` times: one :class:`Method` per way of computing the Band of one divergence.
 
-* ``published``: the published BandPO solver (:mod:`bandcore.tools.published`, torch), on the run's threads;
-  ``published-1t`` is the same on one torch thread (an extra row, only when asked for);
+* ``published``: the published BandPO solver (:mod:`bandcore.tools.published`, torch; KL, TV and Pearson);
 * ``numpy``, ``numba``, ``torch``: the exact solver through the public function, ``band_log(x, div, delta,
-  backend=b)`` (its argument checks included).  NumPy is single-threaded; Numba and torch use the run's threads;
+  backend=b)`` (its argument checks included).  NumPy is single-threaded;
 * ``table``, ``table-torch``: the certified lookup table (:class:`bandcore.BandTable`, the shipped one when
-  there is one) on a NumPy array and on a CPU tensor; both run its Numba kernel on the run's threads.
+  there is one) on a NumPy array and on a CPU tensor; both run its Numba kernel.
+
+Every method but ``numpy`` is ``threaded``: the benchmark times it on one thread and on the run's threads, torch
+and Numba set to the same count (:mod:`bandcore.tools.bench_threads`).
 
 Each method has a timed callable (float32 input) and a float64 one whose error against the mpmath oracle is the
 row's accuracy, and the contract that error must meet: :data:`EXACT_CONTRACT` for the exact backends, the
@@ -35,19 +37,18 @@ class Method:
 
     name: str
     kind: str  # "published", "exact" or "table"
-    threads: int  # threads it runs on (NumPy: 1)
+    threaded: bool  # runs on the threads set (False: NumPy, single-threaded)
     timed: Callable[[Any], Any]  # on the float32 input (a tensor when torch_input)
     logs: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # (log lower, log upper) on float64 points
     torch_input: bool
     contract: float | None  # the largest error allowed (None: no contract)
-    torch_threads: int | None = None  # run with torch on this many threads instead of the run's
 
 
 def _to_numpy(value: Any) -> np.ndarray:
     return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
 
 
-def _published(divergence: str, delta: float, threads: int, single_thread: bool) -> list[Method]:
+def _published(divergence: str, delta: float) -> list[Method]:
     import torch
 
     from .published import PUBLISHED_DIVERGENCES, published_band
@@ -63,13 +64,10 @@ def _published(divergence: str, delta: float, threads: int, single_thread: bool)
         with np.errstate(divide="ignore"):  # a lower bound of 0 is log r = -inf
             return np.log(lower.numpy()), np.log(upper.numpy())
 
-    methods = [Method("published", "published", threads, timed, logs, True, None)]
-    if single_thread:
-        methods.append(Method("published-1t", "published", 1, timed, logs, True, None, torch_threads=1))
-    return methods
+    return [Method("published", "published", True, timed, logs, True, None)]
 
 
-def _exact(divergence: str, delta: float, threads: int) -> list[Method]:
+def _exact(divergence: str, delta: float) -> list[Method]:
     import torch
 
     from ..band import band_log
@@ -86,12 +84,11 @@ def _exact(divergence: str, delta: float, threads: int) -> list[Method]:
             lower, upper = band_log(arg, divergence, delta, backend=backend)
             return _to_numpy(lower), _to_numpy(upper)
 
-        used = 1 if backend == "numpy" else threads
-        methods.append(Method(backend, "exact", used, timed, logs, torch_input, EXACT_CONTRACT))
+        methods.append(Method(backend, "exact", backend != "numpy", timed, logs, torch_input, EXACT_CONTRACT))
     return methods
 
 
-def _tables(divergence: str, delta: float, threads: int) -> tuple[list[Method], dict[str, Any]]:
+def _tables(divergence: str, delta: float) -> tuple[list[Method], dict[str, Any]]:
     import torch
 
     from ..tables import BandTable
@@ -117,30 +114,27 @@ def _tables(divergence: str, delta: float, threads: int) -> tuple[list[Method], 
 
     certified = table.max_rel_error
     methods = [
-        Method("table", "table", threads, numba_log, numba_log, False, certified),
-        Method("table-torch", "table", threads, numba_log, logs_torch, True, certified),
+        Method("table", "table", True, numba_log, numba_log, False, certified),
+        Method("table-torch", "table", True, numba_log, logs_torch, True, certified),
     ]
     return methods, info
 
 
-def methods_for(
-    divergence: str, delta: float, threads: int, *, published_single_thread: bool = False
-) -> tuple[list[Method], dict[str, Any] | None, dict[str, str]]:
+def methods_for(divergence: str, delta: float) -> tuple[list[Method], dict[str, Any] | None, dict[str, str]]:
     """(methods, table info or None, unavailable: what could not be set up and why) for one divergence."""
     unavailable: dict[str, str] = {}
-    methods = _published(divergence, delta, threads, published_single_thread) + _exact(divergence, delta, threads)
+    methods = _published(divergence, delta) + _exact(divergence, delta)
     info = None
     try:
-        tables, info = _tables(divergence, delta, threads)
+        tables, info = _tables(divergence, delta)
         methods += tables
     except Exception as err:  # no table for this divergence here (the run goes on without it)
         unavailable[f"table:{divergence}"] = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
     return methods, info, unavailable
 
 
-def method_count(divergence: str, published_single_thread: bool) -> int:
+def method_count(divergence: str) -> int:
     """How many methods :func:`methods_for` returns for ``divergence`` when every one is available."""
     from .published import PUBLISHED_DIVERGENCES
 
-    published = (1 + published_single_thread) if divergence in PUBLISHED_DIVERGENCES else 0
-    return published + len(BACKENDS) + len(TABLE_METHODS)
+    return (divergence in PUBLISHED_DIVERGENCES) + len(BACKENDS) + len(TABLE_METHODS)

@@ -1,24 +1,36 @@
 """The benchmark report as text and as Markdown, both generated from the JSON report of
-:func:`bandcore.tools.bench.run_bench` (``bandcore bench --from-json F --markdown G`` re-renders a saved run),
-and the spread over several runs (``--from-json F1 F2 ...``): every time and ratio as its median and range."""
+:func:`bandcore.tools.bench.run_bench` (``bandcore bench --from-json F --markdown G`` re-renders a saved run).
+One block per token distribution; every time is a median over interleaved rounds (the JSON keeps each round,
+the quartiles and the range)."""
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
-__all__ = ["check_comparable", "format_markdown", "format_report", "format_spread", "size_label"]
+__all__ = ["LABELS", "by_row", "check_format", "format_markdown", "format_report", "ns", "ratio", "size_label"]
 
-_LABELS = {
+LABELS = {
     "published": "published solver",
-    "published-1t": "published solver, 1 thread (extra row)",
     "numpy": "exact, NumPy",
     "numba": "exact, Numba",
     "torch": "exact, torch",
     "table": "table (NumPy in, Numba kernel)",
     "table-torch": "table (torch in, Numba kernel)",
-    "roofline": "copy roofline (bound)",
+    "exp_pass": "np.exp pass (the unit)",
 }
+
+
+def check_format(report: Any, name: str) -> None:
+    """Raise ValueError unless ``report`` (read from file ``name``) is a report of this ``bandcore bench``: one with
+    distributions and interleaved rounds (an earlier version's best-of-repeats report is refused, not misread)."""
+    keys = ("distributions", "generators", "rounds", "threads", "results")
+    if not isinstance(report, dict) or any(key not in report for key in keys) or not all(
+        isinstance(row, dict) and "times" in row and "x_exp_pass" in row for row in report["results"]
+    ):
+        raise ValueError(
+            f"--from-json: {name} is not a report of this bandcore bench (interleaved rounds, distributions); "
+            "reports of earlier versions are not read: run bandcore bench again"
+        )
 
 
 def size_label(n: int) -> str:
@@ -29,7 +41,8 @@ def size_label(n: int) -> str:
     return f"{n:,}"
 
 
-def _ratio(value: float | None) -> str:
+def ratio(value: float | None) -> str:
+    """A ratio with 2 significant digits below 10, whole above (``–`` for None)."""
     if value is None:
         return "–"
     if value < 1:
@@ -37,14 +50,9 @@ def _ratio(value: float | None) -> str:
     return f"{value:.2f}×" if value < 10 else f"{value:.0f}×"
 
 
-def _ms(seconds: float) -> str:
-    value = seconds * 1e3
-    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.3g}"
-
-
-def _percent(fraction: float) -> str:
-    value = 100 * fraction
-    return f"{value:.0f}%" if value >= 10 else f"{value:.1f}%" if value >= 1 else f"{value:.2g}%"
+def ns(value: float) -> str:
+    """Nanoseconds per token, 3 significant digits (whole above 100)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _error(value: float | None) -> str:
@@ -52,7 +60,7 @@ def _error(value: float | None) -> str:
 
 
 def _contract(row: dict[str, Any]) -> str:
-    if row["kind"] == "roofline":
+    if row["kind"] == "unit":
         return ""
     if row["contract"] is None:
         return "none"
@@ -61,75 +69,104 @@ def _contract(row: dict[str, Any]) -> str:
     return f"≤ {row['contract']:.1e} ({kind}): {verdict}"
 
 
+def versus_published(row: dict[str, Any], key: str) -> tuple[float | None, str]:
+    """(ratio, "" or "KL ") against the divergence's own published solver, else the published KL solver."""
+    own = row["speedup_vs_published"][key]
+    if own is not None:
+        return own, ""
+    return row["speedup_vs_published_kl"][key], "KL "
+
+
 def _header(report: dict[str, Any]) -> list[str]:
     copy, machine = report["copy"], report["machine"]
-    llc = copy["llc"]
-    llc_text = f"L{llc['level']} {llc['bytes'] / 2**20:g} MiB" if llc.get("level") else f"{llc['bytes'] / 2**20:g} MiB"
     copies = ", ".join(f"{name} {m['gb_per_s']:.1f} GB/s ({m['threads']} thr)" for name, m in copy["methods"].items())
     start, end = machine.get("load_average_start"), machine.get("load_average_end")
     load = "" if not start else f"; load average (1 min) {start[0]:g} at the start" + (
         f", {end[0]:g} at the end" if end else "")  # fmt: skip
+    if "run_seconds" in machine:
+        load += f"; the run took {machine['run_seconds']:.0f} s ({machine['run_cpu_seconds']:.0f} s of CPU)"
     lines = [
         f"{machine['cpu_count']} CPUs ({machine['processor']}){load}; threads: {report['thread_note']}.",
-        f"Roofline: copy of {copy['array_bytes'] / 2**20:g} MiB arrays (last-level cache {llc_text}, from "
-        f"{llc['source']}): {copies} -> {copy['gb_per_s']:.1f} GB/s = {copy['roofline_mtok_s']:.0f} Mtok/s at "
-        f"{copy['bytes_per_token']} B/token.",
-    ]
-    if "note" in copy:
-        lines.append(f"Note: {copy['note']}.")
-    lines.append(
-        f"Inputs: float32 log-probs ({report['generator']}), δ = {report['delta']}, seed {report['seed']}; "
-        f"{report['timing']}."
-    )
-    lines.append(f"Error: {report['accuracy_measure']}, on {report['accuracy_points']} points.")
-    lines.append(
+        "Threads per side: " + "; ".join(f"{k}: {v}" for k, v in report["thread_setting"].items()) + ".",
+        f"Times: {report['timing']}. × exp pass: the row's median over the np.exp pass's median (same rounds, "
+        f"1 thread); × published: over the divergence's published solver, or (KL) the published KL solver of "
+        f"the same run, at equal threads.",
+        f"Roofline: copy of {copy['array_bytes'] / 2**20:g} MiB arrays: {copies} -> {copy['gb_per_s']:.1f} GB/s.",
+        f"Inputs: float32 log-probs, δ = {report['delta']}, seed {report['seed']}. "
+        f"Error: {report['accuracy_measure']}, on {report['accuracy_points']} points.",
         f"bandcore {report['bandcore_version']}, Python {machine['python']}, NumPy {machine['numpy']}, "
-        f"torch {machine['torch']}, Numba {machine['numba']}; {machine['platform']}; {report['date']}."
-    )
+        f"torch {machine['torch']}, Numba {machine['numba']}; {machine['platform']}; {report['date']}.",
+    ]
     return lines
 
 
-def _by_row(report: dict[str, Any]) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
-    """(divergence, method) -> size -> row, in the report's order."""
+def by_row(report: dict[str, Any], distribution: str) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
+    """(divergence, method) -> size -> row of one distribution, in the report's order."""
     grouped: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for row in report["results"]:
-        grouped.setdefault((row["divergence"], row["method"]), {})[row["n_tokens"]] = row
+        if row["distribution"] == distribution:
+            grouped.setdefault((row["divergence"], row["method"]), {})[row["n_tokens"]] = row
     return grouped
+
+
+def _nearest_lines(report: dict[str, Any], distribution: str) -> list[str]:
+    rows = [r for r in report["results"] if r["distribution"] == distribution and r.get("nearest_catalogue")]
+    if not rows:
+        return []
+    threads = report["threads"]
+    lines = ["", "User generators beside the catalogue divergence of this run nearest in cost (closest count of "
+             "transcendental nodes, ties to the faster):", "",
+             f"| user generator | method | tokens | transcendentals | nearest (1 thr) | × its time (1 thr) | "
+             f"nearest ({threads} thr) | × its time ({threads} thr) |", "|" + " --- |" * 8]  # fmt: skip
+    for row in rows:
+        cells = [row["divergence"], LABELS.get(row["method"], row["method"]), size_label(row["n_tokens"]),
+                 str(row["transcendentals"])]  # fmt: skip
+        for key in ("1", "all"):
+            near = row["nearest_catalogue"][key]
+            cells += ["–", "–"] if near is None else [f"{near['divergence']} ({near['transcendentals']})",
+                                                      ratio(near["ratio"])]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def format_markdown(report: dict[str, Any]) -> str:
     """The Markdown tables (with the exact command line) of a JSON report; README's results are pasted from it."""
-    sizes = report["sizes"]
+    sizes, threads = report["sizes"], report["threads"]
     lines = [f"Command: `{report['command']}`", ""]
     lines += [f"- {line}" for line in _header(report)]
-    head = ["divergence", "method", "threads"]
-    for n in sizes:
-        label = size_label(n)
-        head += [f"ms ({label})", f"× published ({label})", f"% roofline ({label})"]
-    head += ["max error lower / upper", "contract"]
-    lines += ["", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for (divergence, method), per_size in _by_row(report).items():
-        first = next(iter(per_size.values()))
-        cells = [divergence, _LABELS.get(method, method), str(first["threads"])]
+    for distribution in report["distributions"]:
+        lines += ["", f"### Distribution `{distribution}`: {report['generators'][distribution]}", ""]
+        head = ["divergence", "method"]
         for n in sizes:
-            row = per_size.get(n)
-            if row is None:
-                cells += ["–", "–", "–"]
-                continue
-            cells += [_ms(row["seconds"]), _ratio(row["speedup_vs_published"]),
-                      _percent(row["roofline_fraction"])]  # fmt: skip
-        if first["kind"] == "roofline":
-            cells.append("")
-        else:
-            cells.append(f"{_error(first['max_rel_err_lower'])} / {_error(first['max_rel_err_upper'])}")
-        cells.append(_contract(first))
-        lines.append("| " + " | ".join(cells) + " |")
+            label = size_label(n)
+            head += [f"ns/token 1 thr ({label})", f"ns/token {threads} thr ({label})", f"× exp pass 1 thr ({label})",
+                     f"× published 1 / {threads} thr ({label})"]  # fmt: skip
+        head += ["max error lower / upper", "contract"]
+        lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+        for (divergence, method), per_size in by_row(report, distribution).items():
+            first = next(iter(per_size.values()))
+            cells = [divergence, LABELS.get(method, method)]
+            for n in sizes:
+                row = per_size.get(n)
+                if row is None:
+                    cells += ["–"] * 4
+                    continue
+                one, every = versus_published(row, "1"), versus_published(row, "all")
+                against = "–" if one[0] is None or row["kind"] == "unit" else (
+                    f"{one[1]}{ratio(one[0])} / {ratio(every[0])}")  # fmt: skip
+                cells += [ns(row["ns_per_token"]["1"]), ns(row["ns_per_token"]["all"]),
+                          ratio(row["x_exp_pass"]["1"]), against]  # fmt: skip
+            unit = first["kind"] == "unit"
+            cells.append("" if unit else f"{_error(first['max_rel_err_lower'])} / {_error(first['max_rel_err_upper'])}")
+            cells.append(_contract(first))
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += _nearest_lines(report, distribution)
     if report["tables"]:
         lines += ["", "| table | origin | knots | certified max error |", "| --- | --- | --- | --- |"]
         for name, info in report["tables"].items():
             lines.append(f"| {name} | {info['origin']} | {info['knots']} | {info['certified_max_rel_error']:.1e} |")
     if report.get("memory"):
-        lines += ["", "| peak memory (KL) | tokens | extra MB | × input | × the two outputs |",
+        lines += ["", "| peak memory (KL, llm) | tokens | extra MB | × input | × the two outputs |",
                   "| --- | --- | --- | --- | --- |"]  # fmt: skip
         for row in report["memory"]:
             if "error" in row:
@@ -146,24 +183,33 @@ def format_markdown(report: dict[str, Any]) -> str:
 
 
 def format_report(report: dict[str, Any]) -> str:
-    """The plain-text table ``bandcore bench`` prints (one line per divergence, method and size)."""
+    """The plain-text table ``bandcore bench`` prints (one line per distribution, divergence, method and size)."""
+    threads = report["threads"]
     lines = [f"bandcore bench: {report['command']}", *_header(report), ""]
     lines.append(
-        f"{'divergence':<10} {'method':<12} {'tokens':>9} {'thr':>3} {'ms':>10} {'Mtok/s':>9} {'x publ.':>8} "
-        f"{'x exact':>8} {'roofline':>8} {'err lower':>10} {'err upper':>10} {'1st call s':>10}"
+        f"{'dist':<4} {'divergence':<12} {'method':<12} {'tokens':>7} {'ns/tok 1t':>10} {f'ns/tok {threads}t':>10} "
+        f"{'x exp 1t':>8} {'x publ 1t':>10} {f'x publ {threads}t':>10} {'err lower':>10} {'err upper':>10} "
+        f"{'1st call s':>10}"
     )
-    for (divergence, method), per_size in _by_row(report).items():
-        for n, row in per_size.items():
-            publ = "-" if row["speedup_vs_published"] is None else f"{row['speedup_vs_published']:.2f}"
-            exact = "-" if row["speedup_vs_best_exact"] is None else f"{row['speedup_vs_best_exact']:.2f}"
-            first = "-" if row["first_call_seconds"] is None else f"{row['first_call_seconds']:.3f}"
-            errors = ("", "") if row["kind"] == "roofline" else (
-                _error(row["max_rel_err_lower"]), _error(row["max_rel_err_upper"]))  # fmt: skip
-            lines.append(
-                f"{divergence:<10} {method:<12} {size_label(n):>9} {row['threads']:>3} {row['seconds'] * 1e3:10.3f} "
-                f"{row['mtok_s']:9.2f} {publ:>8} {exact:>8} {row['roofline_fraction']:8.1%} {errors[0]:>10} "
-                f"{errors[1]:>10} {first:>10}"
-            )
+    for distribution in report["distributions"]:
+        for (divergence, method), per_size in by_row(report, distribution).items():
+            for n, row in per_size.items():
+                one, every = versus_published(row, "1"), versus_published(row, "all")
+                publ = [("-" if v is None or row["kind"] == "unit" else f"{tag}{v:.2f}") for v, tag in (one, every)]
+                errors = ("", "") if row["kind"] == "unit" else (
+                    _error(row["max_rel_err_lower"]), _error(row["max_rel_err_upper"]))  # fmt: skip
+                lines.append(
+                    f"{distribution:<4} {divergence:<12} {method:<12} {size_label(n):>7} "
+                    f"{row['ns_per_token']['1']:10.2f} {row['ns_per_token']['all']:10.2f} "
+                    f"{row['x_exp_pass']['1']:8.2f} {publ[0]:>10} {publ[1]:>10} {errors[0]:>10} {errors[1]:>10} "
+                    f"{row['times']['1']['first_call_seconds']:10.3f}"
+                )
+                for key, near in (row.get("nearest_catalogue") or {}).items():
+                    if near is not None:
+                        lines.append(
+                            f"     nearest in cost ({key} thr): {near['divergence']} ({near['transcendentals']} "
+                            f"transcendentals), x {near['ratio']:.2f} its time"
+                        )
     for name, info in report["tables"].items():
         lines.append(
             f"table {name}: {info['origin']} ({info['seconds']:.2f} s), {info['knots']} knots, "
@@ -179,80 +225,10 @@ def format_report(report: dict[str, Any]) -> str:
             )
     for key, why in report["unavailable"].items():
         lines.append(f"unavailable {key}: {why}")
-    for (divergence, method), per_size in _by_row(report).items():
-        row = next(iter(per_size.values()))
-        if row["within_contract"] is False:
-            error = _error(row["max_rel_err"])
-            lines.append(f"ABOVE CONTRACT: {divergence} {method}: error {error} > {row['contract']:.1e}")
+    seen = set()
+    for row in report["results"]:
+        if row["within_contract"] is False and (row["divergence"], row["method"]) not in seen:
+            seen.add((row["divergence"], row["method"]))
+            lines.append(f"ABOVE CONTRACT: {row['divergence']} {row['method']}: error {_error(row['max_rel_err'])} "
+                         f"> {row['contract']:.1e}")  # fmt: skip
     return "\n".join(lines)
-
-
-#: settings that must agree between the runs of a spread (else their times are not of the same thing)
-_SAME_IN_EVERY_RUN = ("sizes", "delta", "threads", "dtype", "repeats")
-
-
-def check_comparable(reports: list[dict[str, Any]], names: list[str]) -> None:
-    """Raise ValueError naming the first file whose settings differ from the first one's."""
-    for report, name in zip(reports[1:], names[1:], strict=True):
-        for key in _SAME_IN_EVERY_RUN:
-            if report.get(key) != reports[0].get(key):
-                raise ValueError(f"--from-json: {name} has {key} = {report.get(key)!r}, {names[0]} has "
-                                 f"{reports[0].get(key)!r}: the runs of a spread must share "
-                                 f"{', '.join(_SAME_IN_EVERY_RUN)}")  # fmt: skip
-
-
-def _spread(values: list[float], fmt) -> str:
-    """``median [min – max]`` (the median alone for one value)."""
-    if len(values) == 1:
-        return fmt(values[0])
-    return f"{fmt(statistics.median(values))} [{fmt(min(values))} – {fmt(max(values))}]"
-
-
-def _versus_published_kl(report: dict[str, Any], row: dict[str, Any]) -> float | None:
-    """The published KL solver's time over ``row``'s, in the same run at the same size (None without it)."""
-    for other in report["results"]:
-        if (other["divergence"], other["method"], other["n_tokens"]) == ("kl", "published", row["n_tokens"]):
-            return other["seconds"] / row["seconds"]
-    return None
-
-
-def format_spread(reports: list[dict[str, Any]]) -> str:
-    """Markdown: every (divergence, method, size) over several runs, its time, its ratio to its own published
-    solver and to the published KL solver (each run's), as median [min – max]; the worst error of any run and
-    whether every run kept the contract."""
-    first = reports[0]
-    sizes = first["sizes"]
-    lines = [f"{len(reports)} runs of `bandcore bench`, δ = {first['delta']}, {first['threads']} threads, best of "
-             f"{first['repeats']} repeats each; time and × published as median [min – max] over the runs.", ""]
-    for report in reports:
-        start = report["machine"].get("load_average_start")
-        load = f", load average {start[0]:g} at its start" if start else ""
-        lines.append(f"- `{report['command']}` (seed {report['seed']}, {report['date']}{load})")
-    head = ["divergence", "method", "runs"]
-    for n in sizes:
-        head += [f"ms ({size_label(n)})", f"× published ({size_label(n)})", f"× published KL ({size_label(n)})"]
-    head += ["max error, worst run", "contract, every run"]
-    lines += ["", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    grouped: dict[tuple[str, str], list[tuple[dict[str, Any], dict[int, dict[str, Any]]]]] = {}
-    for report in reports:
-        for key, per_size in _by_row(report).items():
-            grouped.setdefault(key, []).append((report, per_size))
-    for (divergence, method), runs in grouped.items():
-        cells = [divergence, _LABELS.get(method, method), str(len(runs))]
-        for n in sizes:
-            rows = [(report, run[n]) for report, run in runs if n in run]
-            cells.append(_spread([row["seconds"] for _, row in rows], _ms) if rows else "–")
-            ratios = [row["speedup_vs_published"] for _, row in rows if row["speedup_vs_published"] is not None]
-            cells.append(_spread(ratios, _ratio) if ratios else "–")
-            versus_kl = [_versus_published_kl(report, row) for report, row in rows]
-            cells.append(_spread(versus_kl, _ratio) if rows and None not in versus_kl else "–")
-        rows = [row for _, run in runs for row in run.values()]
-        if rows[0]["kind"] == "roofline":
-            cells += ["", ""]
-        else:
-            errors = [row["max_rel_err"] for row in rows]
-            cells.append("not finite" if None in errors else f"{max(errors):.1e}")
-            verdicts = {row["within_contract"] for row in rows}
-            cells.append("none" if verdicts == {None} else "ok" if verdicts == {True} else "EXCEEDED")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"

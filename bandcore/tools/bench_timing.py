@@ -1,5 +1,11 @@
 r"""Timing and the memory roofline of ``bandcore bench``.
 
+:func:`interleaved` times several callables in rounds, A B C A B C ...: every round runs each callable's batch
+of back-to-back calls once, in the same order, so a slow spell of the machine (another process, frequency
+scaling) falls on every callable of the round alike instead of on whichever happened to run then.  Each
+callable's per-call time is kept per round; :func:`summarise` gives their median, quartiles and range.  Ratios
+of medians from the same rounds are what the benchmark reports.
+
 :func:`time_call` times one callable: the first call (imports, compilation, cache loads) separately, then the
 best of ``repeats`` timed repeats, each of enough back-to-back calls to last ``min_seconds`` (so that a call of
 a few microseconds on 10k tokens is timed as precisely as one of a second on 1M).
@@ -17,18 +23,67 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["FALLBACK_LLC_BYTES", "copy_roofline", "last_level_cache", "time_call"]
+__all__ = ["FALLBACK_LLC_BYTES", "Timed", "copy_roofline", "interleaved", "last_level_cache", "summarise", "time_call"]
 
 #: Assumed last-level cache when the machine does not say (a large server L3 slice).
 FALLBACK_LLC_BYTES = 32 * 2**20
 _CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+#: One timed entry of :func:`interleaved`: (key, the callable, what to run untimed before each of its batches).
+Timed = tuple[str, Callable[[], Any], Callable[[], None]]
+
+
+def _batch(fn: Callable[[], Any], calls: int, timer: Callable[[], float]) -> float:
+    start = timer()
+    for _ in range(calls):
+        fn()
+    return (timer() - start) / calls
+
+
+def interleaved(
+    entries: Sequence[Timed],
+    rounds: int,
+    min_seconds: float,
+    timer: Callable[[], float] = time.perf_counter,
+) -> dict[str, dict[str, Any]]:
+    """Time ``entries`` in ``rounds`` interleaved rounds; key -> ``{"calls_per_round", "rounds"}``.
+
+    First, per entry: its setup, then one call timed to size its batch, ``calls`` = enough back-to-back calls
+    to last about ``min_seconds`` (at most 10,000).  Then ``rounds`` times, for each entry in the given order:
+    its setup (untimed: e.g. setting the thread count), then its batch, whose mean per-call time joins
+    ``rounds``.  ``timer`` is the clock (seconds); the callables should have been called once already (imports,
+    compilation).
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be a positive integer, got {rounds}")
+    calls = {}
+    for key, fn, setup in entries:
+        setup()
+        estimate = _batch(fn, 1, timer)
+        calls[key] = int(min(10_000, max(1, math.ceil(min_seconds / max(estimate, 1e-7)))))
+    times: dict[str, list[float]] = {key: [] for key, _, _ in entries}
+    for _ in range(rounds):
+        for key, fn, setup in entries:
+            setup()
+            times[key].append(_batch(fn, calls[key], timer))
+    return {key: {"calls_per_round": calls[key], "rounds": times[key]} for key in times}
+
+
+def summarise(values: Sequence[float]) -> dict[str, float]:
+    """``median``, ``q1``, ``q3`` (linear interpolation, as ``numpy.percentile``), ``min`` and ``max`` of
+    ``values``."""
+    if not values:
+        raise ValueError("summarise needs at least one value")
+    q1, median, q3 = (float(v) for v in np.percentile(np.asarray(values, dtype=np.float64), [25, 50, 75]))
+    return {"median": median, "q1": q1, "q3": q3, "min": float(min(values)), "max": float(max(values))}
 
 
 def time_call(fn: Callable[[], Any], repeats: int, min_seconds: float = 0.02) -> dict[str, float | int]:
