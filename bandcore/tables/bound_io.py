@@ -68,6 +68,8 @@ def bound_arrays(side: str, bound) -> tuple[dict[str, np.ndarray], dict[str, Any
         meta[f"{side}_left_tail"] = list(far.left_tail)
     if far.right_tail is not None:
         meta[f"{side}_right_tail"] = list(far.right_tail)
+        if far.right_linear:
+            meta[f"{side}_right_tail_mode"] = "linear_r"
     if meta:
         meta["split_and_tails"] = SPLIT_DOC
     return arrays, meta
@@ -77,7 +79,8 @@ SPLIT_DOC = (
     "kinds 4/5: split at the saturation threshold L* = threshold[0] + threshold[1]: far part (knots, values, "
     "slopes, levels) in L storing r (lower) or log r (upper); near part (near_*) in lambda = |L - L*| storing "
     "G = log u - gamma log(lambda), u = r (lower) or 1 - p r (upper). left_tail (C, beta): left of the first knot "
-    "log r = C / (beta - log L); right_tail (K, nu): right of the last knot log r + log(log r + nu) = L + K"
+    "log r = C / (beta - log L); right_tail (K, nu): right of the last knot log r + log(log r + nu) = L + K, "
+    "or r = K + nu L where right_tail_mode is linear_r"
 )
 
 
@@ -109,6 +112,11 @@ def split_from_arrays(side, arrays, meta):
                     and all(math.isfinite(v) for v in value)):  # fmt: skip
                 raise TableFileError(f"{side} {key} must be two finite numbers")
             tails[key] = (float(value[0]), float(value[1]))
+    mode = meta.get(f"{side}_right_tail_mode")
+    if mode is not None:
+        if mode != "linear_r" or right is None:
+            raise TableFileError(f"{side} right_tail_mode must be 'linear_r' and come with a right_tail, got {mode!r}")
+        tails["right_linear"] = True
     if left is not None and side == "upper" and kind == SPLIT_UPPER:
         raise TableFileError("a split upper bound is saturated on the left: no left tail")
     if kind not in (SPLIT_LOWER, SPLIT_UPPER):

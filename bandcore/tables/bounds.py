@@ -97,7 +97,7 @@ def build_bound(div, delta, side, target, solve, bar) -> tuple[TabulatedBound | 
 
 
 def _build_plain(div, delta, side, target, solve, bar, kind, a, b, saturated, left_log=False,
-                 right_log=False) -> tuple[TabulatedBound, float, int]:  # fmt: skip
+                 right_mode=0) -> tuple[TabulatedBound, float, int]:  # fmt: skip
     parts = pieces(div)
     index = 1 if side == "upper" else 0
     if left_log:
@@ -132,7 +132,7 @@ def _build_plain(div, delta, side, target, solve, bar, kind, a, b, saturated, le
                 f"knots (max error {per_cell.max():.2e}); pass a larger target"
             )
         levels = grown
-    bound = with_tails(bound, div, delta, index, left_log, right_log)
+    bound = with_tails(bound, div, delta, index, left_log, right_mode)
     tail = tail_error(bound, div, delta, index)
     if tail > target / 2:
         raise TailError(f"{div.name} {side} bound at delta={delta}: tail error {tail:.2e} above the target")

@@ -39,7 +39,16 @@ from .grid2d_io import (
 from .pieces import pieces
 from .split2d import build_split_side, exact_threshold, piece_of
 from .table import BUILDERS, LOADERS, SPOT_CHECKS, BandTable, check_certificate
-from .tabulated import BUILDER, ERROR_MEASURE, LOG_NEG_LOG_R, LOG_R, LOG_R_LOWER, certificate, exact_solver
+from .tabulated import (
+    BUILDER,
+    ERROR_MEASURE,
+    LOG_NEG_LOG_R,
+    LOG_R,
+    LOG_R_LOWER,
+    RIGHT_LINEAR,
+    certificate,
+    exact_solver,
+)  # fmt: skip
 from .threshold import SPLIT_LOWER, SPLIT_UPPER
 
 __all__ = ["BandTable2D"]
@@ -162,7 +171,8 @@ class BandTable2D:
         for side, s in (("lower", self.lower), ("upper", self.upper)):
             tails = s.tails if isinstance(s, Surface) else s[0].far.tails
             if any(tails):
-                split[f"{side}_tails"] = list(tails)
+                # JSON true for the logarithmic right tail (as files have always had), 2 for r linear in L
+                split[f"{side}_tails"] = [bool(tails[0]), tails[1] if tails[1] == RIGHT_LINEAR else bool(tails[1])]
             if isinstance(s, Surface):
                 arrays.update(surface_arrays(side, s))
             else:

@@ -10,7 +10,7 @@ from .chebyshev import Surface
 from .formats import TableFileError
 from .limits import MAX_NODES
 from .split2d import SplitSurface
-from .tabulated import L_MIN_LOG, LOG_R, RATIO, n_octaves
+from .tabulated import L_MIN_LOG, LOG_R, RATIO, RIGHT_LINEAR, n_octaves
 from .threshold import SPLIT_LOWER, SPLIT_UPPER
 
 __all__ = ["SPLIT_2D_DOC", "check_range", "split_surfaces_from_arrays", "surface_arrays", "surface_from_arrays",
@@ -43,14 +43,17 @@ def surface_arrays(prefix: str, *surfaces: Surface) -> dict[str, np.ndarray]:
             f"{prefix}_coef_slopes": np.concatenate([padded(s.coef_slopes) for s in surfaces], axis=1)}  # fmt: skip
 
 
-def tails_of(side: str, meta) -> tuple[bool, bool]:
-    """A bound's logarithmic tail modes (left, right) from a file's metadata (absent: none)."""
+def tails_of(side: str, meta) -> tuple[bool, int]:
+    """A bound's tail modes (logarithmic left tail, right tail mode) from a file's metadata (absent: none); the
+    right mode is false, true (:data:`~bandcore.tables.tabulated.RIGHT_LOG`) or 2
+    (:data:`~bandcore.tables.tabulated.RIGHT_LINEAR`)."""
     tails = meta.get(f"{side}_tails", [False, False])
-    if not (isinstance(tails, list) and len(tails) == 2 and all(isinstance(t, bool) for t in tails)):
-        raise TableFileError(f"{side} tails must be two booleans")
+    if not (isinstance(tails, list) and len(tails) == 2 and isinstance(tails[0], bool)
+            and (isinstance(tails[1], bool) or (type(tails[1]) is int and tails[1] == RIGHT_LINEAR))):  # fmt: skip
+        raise TableFileError(f"{side} tails must be a boolean and a boolean or {RIGHT_LINEAR}")
     if tails[1] and side == "lower":
         raise TableFileError("a lower bound has no right tail mode")
-    return bool(tails[0]), bool(tails[1])
+    return bool(tails[0]), int(tails[1])
 
 
 def surface_from_arrays(side, knots, levels, cv, cs, meta, kind, tails=(False, False), near=False) -> Surface:

@@ -118,7 +118,7 @@ def near_samples(div, delta, side, star, b, gamma, lam, solve, cache) -> tuple[n
 
 
 def build_split_bound(div, delta, side, target, solve, bar, threshold, left_log=False,
-                      right_log=False) -> tuple[SplitBound, float, int]:  # fmt: skip
+                      right_mode=0) -> tuple[SplitBound, float, int]:  # fmt: skip
     """One bound split at its saturation threshold: far part in L, near part in lambda = |L - L*| (see
     :mod:`bandcore.tables.threshold`), each octave refined until its error is below half the target."""
     parts = pieces(div)
@@ -174,7 +174,7 @@ def build_split_bound(div, delta, side, target, solve, bar, threshold, left_log=
                 f"{div.name} {side} bound at delta={delta}: target {target:g} not reached with {MAX_KNOTS} "
                 f"knots split at the threshold (max error {worst:.2e}); pass a larger target"
             )
-    far = with_tails(far, div, delta, index, left_log, right_log)
+    far = with_tails(far, div, delta, index, left_log, right_mode)
     bound = SplitBound(far, bound.near, kind, threshold, star_lo, gamma)
     tail = tail_error(bound, div, delta, index)
     if tail > target / 2:

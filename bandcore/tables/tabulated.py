@@ -22,6 +22,8 @@ from .pieces import bisection_band_log
 __all__ = ["BUILDER", "DEFAULT_TARGET", "LOG_NEG_LOG_R", "LOG_R", "LOG_R_LOWER", "RATIO", "TabulatedBound",
            "TargetNotReached", "certificate", "exact_solver", "rel_log_error", "stored"]  # fmt: skip
 
+#: right tail modes of the kernel (bandcore.kernels.lookup): y + log(y + nu) = L + K, and r = K + nu L
+RIGHT_LOG, RIGHT_LINEAR = 1, 2
 # kinds of stored function (see bandcore.kernels.lookup)
 LOG_R, RATIO, LOG_NEG_LOG_R, LOG_R_LOWER = 0, 1, 2, 3
 #: Default certified error target, |Δ log r| / max(1, |log r|).
@@ -73,6 +75,8 @@ class TabulatedBound:
     left_tail: tuple[float, float] | None = None
     #: (K, nu): right of the last knot y + log(y + nu) = L + K (an upper bound with y = log r ~ L - log L)
     right_tail: tuple[float, float] | None = None
+    #: the right tail is r = K + nu L instead (an upper bound of a generator growing like e^(bu): r ~ (L + K)/b)
+    right_linear: bool = False
 
     @cached_property
     def kernel(self) -> KernelBound:
@@ -92,7 +96,8 @@ class TabulatedBound:
         return np.array([c, beta, k, nu], dtype=np.float64)
 
     def tail_imeta(self) -> np.ndarray:
-        return np.array([self.left_tail is not None, self.right_tail is not None], dtype=np.int64)
+        right = 0 if self.right_tail is None else RIGHT_LINEAR if self.right_linear else RIGHT_LOG
+        return np.array([self.left_tail is not None, right], dtype=np.int64)
 
     def log(self, L: np.ndarray) -> np.ndarray:
         """This bound's log r at float64 ``L`` through the evaluation kernel (the build and certificate use it).
