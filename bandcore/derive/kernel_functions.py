@@ -173,7 +173,7 @@ def _on_signs(expr: sp.Expr, sign: int, rewrite: Callable[[sp.Expr], sp.Expr]) -
     signed = {X: sign > 0, L: sign > 0, UU: True, T: True, Y: True}
     dummies = {s: sp.Dummy(s.name, positive=True) if signed[s] else sp.Dummy(s.name, negative=True)
                for s in symbols}  # fmt: skip
-    result = rewrite(expr.xreplace(dummies))
+    result = rewrite(_exponents_in_x(expr).xreplace(dummies))
     return result.xreplace({d: s for s, d in dummies.items()})
 
 
@@ -204,11 +204,12 @@ def _far_expression(expr: sp.Expr) -> sp.Expr:
 
 
 def _exponents_in_x(expr: sp.Expr) -> sp.Expr:
-    """The arguments of exponential and hyperbolic functions in x = 1/t - 1 (> 1 where the far form is used)
-    rather than t: e^{1/t - 1} is e^x, whose size and sign :mod:`.overflow` can then read."""
-    in_x = {T: 1 / (1 + X), Y: X / (1 + X)}
-    return expr.replace(lambda e: isinstance(e, (sp.exp, sp.cosh, sp.sinh, sp.tanh)),
+    """The arguments of exponential and hyperbolic functions in x = u - 1 = 1/t - 1 rather than u or t:
+    e^{1/t - 1} and e^{-1} e^u are e^x, whose size and sign (the side's) :mod:`.overflow` can then read."""
+    in_x = {T: 1 / (1 + X), Y: X / (1 + X), UU: 1 + X}
+    expr = expr.replace(lambda e: isinstance(e, (sp.exp, sp.cosh, sp.sinh, sp.tanh)),
                         lambda e: e.func(sp.expand(e.args[0].xreplace(in_x))))  # fmt: skip
+    return sp.powsimp(expr, combine="exp")  # e^-1 e^(x + 1) = e^x
 
 
 def _needs_taylor(closed: sp.Expr) -> bool:
@@ -363,7 +364,8 @@ def _elementwise(pairwise: Callable) -> Callable:
 def _side_callable(fn: SideFunction, xp) -> Callable:
     """``fn`` as an element-wise function of (x, L, u) in the namespace ``xp`` (see bandcore.kernels.ops)."""
     names = {"exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "Abs": xp.abs, "abs": xp.abs, "pi": math.pi, "E": math.e,
-             "log1p": xp.log1p, "expm1": xp.expm1, "max": _elementwise(xp.maximum), "min": _elementwise(xp.minimum),
+             "log1p": xp.log1p, "expm1": xp.expm1, "xp": xp,
+             "max": _elementwise(xp.maximum), "min": _elementwise(xp.minimum),
              **{name: getattr(xp, name) for name in ("sinh", "cosh", "tanh", "asinh", "acosh", "atanh")}}
     closed = sp.lambdify((X, L, UU), fn.closed, modules=[names], cse=True)
     taylor = None if fn.taylor is None else sp.lambdify(X, fn.taylor, modules=[names])

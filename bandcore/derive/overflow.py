@@ -15,7 +15,9 @@ and :math:`\sinh z / \cosh z` becomes :math:`\infty/\infty`.  Two rewritings, bo
     would keep a compiler from vectorising the solver's loop;
   - :math:`\log A` is :func:`safe_log_abs` of :math:`A`;
   - a product with two or more exponential factors is :math:`\pm\exp(\sum_i \log|a_i|)` (its factors may
-    overflow and underflow while it does not: :math:`\sinh z / \cosh z`).
+    overflow and underflow while it does not: :math:`\sinh z / \cosh z`, :math:`(e^x - 1)/(e^x + 1)`); the
+    sign of a factor SymPy cannot decide is taken at run time (:class:`SignOf` its value, which keeps its sign
+    when it overflows).
 
 * :func:`safe_log_abs` — :math:`\log|A|` without forming :math:`A`: a product is the sum of the logarithms
   of its factors; :math:`\log e^z = z`; :math:`\log\cosh z = |z| + \operatorname{log1p}(e^{-2|z|}) - \log 2`;
@@ -34,7 +36,17 @@ from __future__ import annotations
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
-__all__ = ["grows_exponentially", "safe_log_abs", "safe_value"]
+__all__ = ["SignOf", "grows_exponentially", "safe_log_abs", "safe_value"]
+
+
+class SignOf(sp.Function):
+    """±1, the sign of its argument (+1 at 0, never 0): a select, printed as ``xp.where`` of the element-wise
+    namespace the generated code runs in."""
+
+    nargs = 1
+
+    def _pythoncode(self, printer) -> str:
+        return f"xp.where({printer._print(self.args[0])} < 0.0, -1.0, 1.0)"
 
 _HYPERBOLIC = (sp.cosh, sp.sinh, sp.tanh)
 _LOG2 = sp.log(2)
@@ -83,11 +95,10 @@ def safe_value(expr: sp.Expr) -> sp.Expr:
         return safe_log_abs(expr.args[0])
     if expr.is_Mul:
         growing = [f for f in expr.args if _explodes(f)]
-        signs = [_sign(f) for f in growing]
-        if len(growing) >= 2 and None not in signs:
+        if len(growing) >= 2:  # the sign of a factor that may overflow is that of its (possibly infinite) value
             rest = [safe_value(f) for f in expr.args if not _explodes(f)]
-            sign = sp.Mul(*signs)
-            return sign * sp.Mul(*rest) * sp.exp(sp.Add(*(safe_log_abs(f) for f in growing)))
+            signs = [_sign(f) or SignOf(safe_value(f)) for f in growing]
+            return sp.Mul(*signs, *rest) * sp.exp(sp.Add(*(safe_log_abs(f) for f in growing)))
     return expr.func(*(safe_value(arg) for arg in expr.args))
 
 
