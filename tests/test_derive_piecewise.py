@@ -194,3 +194,35 @@ def test_table_pieces_are_real_on_both_sides_of_one(formula):
         assert float(t_prime(x)) == pytest.approx(float(want_slope), rel=1e-10, abs=1e-12)
         y = float(mp.log(1 + mp.mpf(x)))
         assert float(b(y)) == pytest.approx(float((1 + x) * want_slope), rel=1e-10, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "formula",
+    [
+        "max(u - 2, 0)",  # E_γ: r_up = 2 + δ/p, r_lo = (2p - 1 - δ)/p
+        "where(abs(u-1) < 1, (u-1)**2/2, abs(u-1) - 1/2)",  # Huber: two pieces on each side
+        "where(u <= 2, (u-1)**2, 2*u - 3)",
+        "abs(u-1)**1.5",  # a power of |u - 1|: r = 1 ± (δ/K)^(2/3)
+        "abs(u-1)**3",
+    ],
+)
+def test_closed_forms_are_found(formula):
+    d = derive(formula, progress=False)
+    assert d.upper is not None and d.lower is not None, d.notes
+
+
+def test_affine_region_bound_is_exact():
+    d = derive("max(u - 2, 0)", progress=False)
+    p, delta = sp.Symbol("p", positive=True), sp.Symbol("delta", positive=True)
+    assert sp.simplify(d.upper - (2 + delta / p)) == 0
+    assert sp.simplify(d.lower - (2 * p - 1 - delta) / p) == 0
+
+
+def test_one_sided_curvature_signs():
+    """f''(1-) of |u - 1|^(3/2) is +oo (SymPy's limit as u → 1- of 3/(4 sqrt(1 - u)) says -oo)."""
+    fx = derive("abs(u-1)**1.5", progress=False).facts
+    assert fx.one_sided[0][:3] == (0, sp.oo, sp.oo)
+    assert fx.one_sided[1][:3] == (0, sp.oo, -sp.oo)
+    kink = derive("max(u-1, 0)**2 + max(1-u, 0)", progress=False).facts
+    assert kink.slopes_at_one == (-1, 0) and kink.f_prime_1 == sp.Rational(-1, 2)
+    assert kink.one_sided[1][1] == 2 and kink.one_sided[0][1] == 0

@@ -30,6 +30,7 @@ from .budget import available, deadline
 from .cells import piecewise_bound
 from .limits import LIMIT_KEYS, asymptotic_root, limits, series
 from .mpmath_g import checked_facts, mp_generator
+from .powers import power_law_bound
 from .reduction import DELTA, R, binary, display_g, on_side
 from .roots import real_form, solve_closed, tidy
 from .saturation import Saturation, boundary_values, saturation
@@ -223,6 +224,7 @@ def _derive_within_budget(div: Divergence, step: Callable[[str], None]) -> Deriv
     if not available():
         notes.append("no time budget can be enforced in this thread, so no SymPy solver was run")
     sides = {"upper": ("gt", "lt"), "lower": ("lt", "gt")}  # (side of r, side of s)
+    sides_of_one = on_side(fx.f_normalised, "gt"), on_side(fx.f_normalised, "lt")
     pieces: dict[str, sp.Expr | None] = {}
     closed: dict[str, sp.Expr | None] = {}
     for side, (r_side, s_side) in sides.items():
@@ -238,6 +240,11 @@ def _derive_within_budget(div: Divergence, step: Callable[[str], None]) -> Deriv
         notes.extend(solve_notes)
         branch, branch_notes = validate_branch(div, side, candidates)
         notes.extend(branch_notes)
+        power = None if branch is not None else power_law_bound(*sides_of_one, side)
+        if power is not None:
+            branch, power_notes = validate_branch(div, side, [power])
+            notes.append(f"{side} bound: f̃ is a power of |u − 1| on each side, g_f = K|r − 1|^a: r = 1 ± (δ/K)^(1/a)")
+            notes.extend(power_notes)
         if branch is not None:
             branch = _shorter(div, side, branch, tidy(branch))
             branch = _shorter(div, side, branch, real_form(branch))
