@@ -12,12 +12,15 @@ whose two roots around :math:`r = 1` are the Band :math:`[r_{lo}, r_{up}]` (or t
 This subpackage is the only code in bandcore that imports SymPy.  One module per job:
 
 * :mod:`.symbolic` — the grammar → SymPy bridge and the exact facts of a generator (:func:`facts`);
+* :mod:`.branches` — the branch of a piecewise generator active near 0⁺, 1∓, ∞, and numeric facts where
+  SymPy fails;
 * :mod:`.budget` — time budgets for every SymPy call (any thread);
 * :mod:`.reduction` — :math:`g_f` symbolically, per side of :math:`u = 1`;
 * :mod:`.roots` — closed-form candidate roots by calls that cannot run away;
 * :mod:`.mpmath_g` — the one high-precision :math:`g_f` (used by the validation, :mod:`bandcore.oracle` and
   :mod:`bandcore.verify`);
 * :mod:`.validate` — candidates checked against bracketed roots;
+* :mod:`.cells` — piecewise closed forms for generators that switch branch away from :math:`u = 1`;
 * :mod:`.saturation`, :mod:`.limits` — thresholds, limits at :math:`p \to 0, 1`, the small-δ series;
 * :mod:`.derivation` — :func:`derive` and :class:`Derivation`;
 * :mod:`.report`, :mod:`.files` — Markdown/text reports and the packaged report files;

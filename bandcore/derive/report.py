@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING
 
 import sympy as sp
 
 from ..divergences import Divergence
-from .derivation import Derivation
 from .mpmath_g import checked_facts
 from .saturation import Saturation
 from .symbolic import Facts
+
+if TYPE_CHECKING:  # pragma: no cover - the one direction: derivation calls report, report only names its type
+    from .derivation import Derivation
 
 __all__ = ["REPORT_DELTA", "VERIFIED_BEGIN", "VERIFIED_END", "index", "markdown", "slug", "text"]
 
@@ -104,6 +107,27 @@ def _facts(d: Derivation) -> Facts:
     return d.facts if d.facts is not None else checked_facts(d.divergence)
 
 
+def _one_sided_rows(fx: Facts) -> list[str]:
+    """Table rows of the one-sided derivatives at 1, when the sides differ (a kink, or |u - 1|^a, a < 2)."""
+    if fx.one_sided is None or fx.one_sided[0] == fx.one_sided[1]:
+        return []
+    rows = []
+    for sign, values in zip("-+", fx.one_sided, strict=True):
+        shown = ",\\ ".join(_tex(v) for v in values)
+        rows.append(f"| $f'(1{sign}),\\ f''(1{sign}),\\ f'''(1{sign}),\\ f''''(1{sign})$ | ${shown}$ |")
+    return rows
+
+
+def _one_sided_text(fx: Facts) -> list[str]:
+    """The same, for the terminal."""
+    if fx.one_sided is None or fx.one_sided[0] == fx.one_sided[1]:
+        return []
+    return [
+        f"  f'(1{sign}), f''(1{sign}), f'''(1{sign}), f''''(1{sign}) = {', '.join(sp.sstr(v) for v in values)}"
+        for sign, values in zip("-+", fx.one_sided, strict=True)
+    ]
+
+
 def markdown(d: Derivation, verified_line: str | None = None) -> str:
     """The Markdown report of ``d`` (LaTeX formulas); ``verified_line`` goes between the verified markers."""
     div, fx = d.divergence, _facts(d)
@@ -119,6 +143,7 @@ def markdown(d: Derivation, verified_line: str | None = None) -> str:
         f"| $f(u)$ | ${_tex(fx.f)}$ |",
         f"| $\\tilde f(u) = f(u) - f'(1)(u - 1)$ | ${_tex(d.f_normalised)}$ |",
         f"| $f''(1),\\ f'''(1),\\ f''''(1)$ | ${_tex(f2)},\\ {_tex(f3)},\\ {_tex(f4)}$ |",
+        *_one_sided_rows(fx),
         f"| $\\tilde f(0^+)$ | ${_tex(fx.f_at_zero)}$ |",
         f"| $\\lim_{{u\\to\\infty}} \\tilde f(u)/u$ | ${_tex(fx.slope_at_infinity)}$ |",
         "",
@@ -177,6 +202,7 @@ def text(d: Derivation, delta: float) -> str:
         f"  normalised f̃(u) = {sp.sstr(d.f_normalised)}",
         f"  f''(1) = {sp.sstr(f2)},  f'''(1) = {sp.sstr(f3)},  f''''(1) = {sp.sstr(f4)},  "
         f"f̃(0) = {sp.sstr(fx.f_at_zero)}",
+        *_one_sided_text(fx),
         f"  g_f(p, r) = {sp.sstr(d.g)}",
         "",
         "closed forms (valid where not saturated):",
