@@ -2,7 +2,8 @@
 
 The generators grow exponentially (log cosh, softplus, cosh, exp: their functions would overflow as written),
 have a kink of a higher derivative at u = 1 (|u - 1|^1.5, |u - 1|^3), vanish to fourth order there
-((u - 1)^4), or have a fractional power (u^{5/2}).  Each one is checked at the regular points, the far tails
+((u - 1)^4), have a fractional power (u^{5/2}), or are piecewise (the hockey stick max(u - 2, 0), flat on
+[0, 2]; Huber, whose pieces meet at |u - 1| = 1).  Each one is checked at the regular points, the far tails
 (log p down to -5000 and up to 1 - 1e-30) and next to its saturation thresholds, with δ spread over
 {1e-8, 1e-3, 0.05, 1, 10}, on NumPy, Numba and torch (CPU), for fp64 and fp32 inputs.
 """
@@ -31,6 +32,8 @@ GENERATORS = {
     "abs(u-1)**3": (1e-8, 1.0),
     "(u-1)**4": (1e-3, 10.0),
     "u**(5/2) - 5*u/2 + 3/2": (0.05, 1e-8),
+    "max(u - 2, 0)": (0.05, 1.0),
+    "where(abs(u-1) < 1, (u-1)**2/2, abs(u-1) - 1/2)": (1e-3, 10.0),
 }
 CASES = [(name, delta) for name, deltas in GENERATORS.items() for delta in deltas]
 #: regular points and far tails: p from 1 - 1e-30 down to e^-5000, across e^-700 (where p becomes subnormal)

@@ -36,7 +36,38 @@ from __future__ import annotations
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
-__all__ = ["SignOf", "grows_exponentially", "safe_log_abs", "safe_value"]
+__all__ = ["Select", "SignOf", "grows_exponentially", "safe_log_abs", "safe_value"]
+
+
+class Select(sp.Function):
+    """``Select(condition, a, b)``: a where the condition holds, else b, element-wise; printed as ``xp.where``
+    (a select, which a compiler vectorises) for the pieces of a piecewise generator."""
+
+    nargs = 3
+
+    def _pythoncode(self, printer) -> str:
+        condition, a, b = (printer._print(arg) for arg in self.args)
+        return f"xp.where({condition}, {a}, {b})"
+
+
+class LogicalAnd(sp.Function):
+    """Element-wise ``and`` of two conditions of a :class:`Select`."""
+
+    def _pythoncode(self, printer) -> str:
+        a, *rest = (printer._print(arg) for arg in self.args)
+        for b in rest:
+            a = f"xp.logical_and({a}, {b})"
+        return a
+
+
+class LogicalOr(sp.Function):
+    """Element-wise ``or`` of two conditions of a :class:`Select`."""
+
+    def _pythoncode(self, printer) -> str:
+        a, *rest = (printer._print(arg) for arg in self.args)
+        for b in rest:
+            a = f"xp.logical_or({a}, {b})"
+        return a
 
 
 class SignOf(sp.Function):
