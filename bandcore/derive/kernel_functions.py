@@ -44,6 +44,7 @@ import sympy as sp
 
 from ..divergences import Divergence, resolve
 from .mpmath_g import checked_facts, refuse_unless_done
+from .overflow import LogicalAnd, LogicalOr, Select, safe_log_abs, safe_value
 from .symbolic import U, on_side
 
 __all__ = ["TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generator_functions", "side_callables"]
@@ -165,6 +166,17 @@ class GeneratorFunctions:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _on_signs(expr: sp.Expr, sign: int, rewrite: Callable[[sp.Expr], sp.Expr]) -> sp.Expr:
+    """``rewrite(expr)`` with x, L (and t, y) carrying their signs on one side of u = 1 (x, L > 0 and
+    t, y > 0 on the r side; x, L < 0 on the s side; u > 0), so that SymPy knows the signs of the terms."""
+    symbols = (X, L, UU, T, Y)
+    signed = {X: sign > 0, L: sign > 0, UU: True, T: True, Y: True}
+    dummies = {s: sp.Dummy(s.name, positive=True) if signed[s] else sp.Dummy(s.name, negative=True)
+               for s in symbols}  # fmt: skip
+    result = rewrite(_exponents_in_x(expr).xreplace(dummies))
+    return result.xreplace({d: s for s, d in dummies.items()})
+
+
 def _side_expression(expr: sp.Expr, sign: int) -> sp.Expr:
     """``expr(u)`` on one side of u = 1, in the symbols (x, L, u), cancellation-free where factoring allows."""
     xs = sp.Symbol("xs", positive=True) if sign > 0 else sp.Symbol("xs", negative=True)
@@ -188,7 +200,16 @@ def _far_expression(expr: sp.Expr) -> sp.Expr:
     expr = sp.expand_log(expr, force=True).xreplace({sp.log(U): L})
     expr = sp.factor(expr.subs(U, 1 / ts))
     expr = expr.replace(lambda e: e.is_Pow and e.base == ts - 1, lambda e: (-Y) ** e.exp)
-    return expr.xreplace({ts - 1: -Y, 1 - ts: Y}).xreplace({ts: T})
+    return _exponents_in_x(expr.xreplace({ts - 1: -Y, 1 - ts: Y}).xreplace({ts: T}))
+
+
+def _exponents_in_x(expr: sp.Expr) -> sp.Expr:
+    """The arguments of exponential and hyperbolic functions in x = u - 1 = 1/t - 1 rather than u or t:
+    e^{1/t - 1} and e^{-1} e^u are e^x, whose size and sign (the side's) :mod:`.overflow` can then read."""
+    in_x = {T: 1 / (1 + X), Y: X / (1 + X), UU: 1 + X}
+    expr = expr.replace(lambda e: isinstance(e, (sp.exp, sp.cosh, sp.sinh, sp.tanh)),
+                        lambda e: e.func(sp.expand(e.args[0].xreplace(in_x))))  # fmt: skip
+    return sp.powsimp(expr, combine="exp")  # e^-1 e^(x + 1) = e^x
 
 
 def _needs_taylor(closed: sp.Expr) -> bool:
@@ -225,16 +246,60 @@ def _powers_as_exp(expr: sp.Expr, base: sp.Symbol, log_base: sp.Expr) -> sp.Expr
     return expr.replace(fractional, lambda e: sp.exp(e.exp * log_base))
 
 
+def _pieces(expr_u: sp.Expr) -> list[tuple[sp.Expr, sp.Basic]]:
+    """(expression, condition in u) of each piece of a one-sided generator function (one piece, condition
+    True, for an analytic one); Max, Min and Heaviside become pieces too."""
+    expr_u = sp.piecewise_fold(expr_u.rewrite(sp.Piecewise))
+    if not isinstance(expr_u, sp.Piecewise):
+        return [(expr_u, sp.true)]
+    return [(piece.expr, piece.cond) for piece in expr_u.args]
+
+
+def _condition(cond: sp.Basic) -> sp.Basic:
+    """A piece's condition in x = u - 1, with element-wise and/or (printed as xp.logical_and/or)."""
+    if isinstance(cond, sp.And):
+        return LogicalAnd(*(_condition(arg) for arg in cond.args))
+    if isinstance(cond, sp.Or):
+        return LogicalOr(*(_condition(arg) for arg in cond.args))
+    return cond.xreplace({U: 1 + X})
+
+
+def _selected(pieces: list[tuple[sp.Expr, sp.Basic]], build: Callable[[sp.Expr], sp.Expr]) -> sp.Expr:
+    """``build`` of each piece, chosen by the pieces' conditions (the first that holds, as in Piecewise)."""
+    value = build(pieces[-1][0])
+    for expr, cond in reversed(pieces[:-1]):
+        value = Select(_condition(cond), build(expr), value)
+    return value
+
+
+def _holds_near_one(cond: sp.Basic, sign: int) -> bool:
+    """Whether a piece's condition holds on the whole Taylor interval 0 < |u - 1| <= TAYLOR_RADIUS."""
+    radius = sp.nsimplify(TAYLOR_RADIUS)
+    points = [1 + sign * radius * sp.Rational(k, 100) for k in range(1, 101)]
+    return all(bool(cond.subs(U, point)) for point in points)
+
+
 def _side_function(name: str, expr_u: sp.Expr, sign: int) -> SideFunction:
-    expr_u = on_side(expr_u, sign)  # Abs, Min/Max, where() resolved on this side of u = 1
-    closed = _side_expression(expr_u, sign)
-    taylor = _taylor(expr_u, sign) if _needs_taylor(closed) else None
-    closed = _powers_as_exp(closed, UU, L)
+    pieces = _pieces(on_side(expr_u, sign))  # Abs, Min/Max, where() resolved on this side of u = 1
+
+    def closed_of(expr: sp.Expr) -> sp.Expr:
+        return _on_signs(_powers_as_exp(_side_expression(expr, sign), UU, L), sign, safe_value)
+
+    closed = _selected(pieces, closed_of)
+    near_one = [expr for expr, cond in pieces if _holds_near_one(cond, sign)][:1]
+    taylor = None
+    if near_one and _needs_taylor(_side_expression(near_one[0], sign)):
+        taylor = _taylor(near_one[0], sign)
     if sign < 0:
         return SideFunction(name=name, closed=closed, taylor=taylor, far=None)
-    at_infinity = _to_float(sp.limit(expr_u, U, sp.oo))
-    far = _powers_as_exp(_far_expression(expr_u), T, -L)
+    at_infinity = _to_float(sp.limit(_last_piece(pieces), U, sp.oo))
+    far = _selected(pieces, lambda e: _on_signs(_powers_as_exp(_far_expression(e), T, -L), sign, safe_value))
     return SideFunction(name, closed, taylor, far=far, at_infinity=at_infinity)
+
+
+def _last_piece(pieces: list[tuple[sp.Expr, sp.Basic]]) -> sp.Expr:
+    """The piece that holds as u -> oo."""
+    return next(expr for expr, cond in pieces if bool(cond.subs(U, sp.Integer(10) ** 300)))
 
 
 def _log_abs(expr: sp.Expr) -> sp.Expr:
@@ -244,23 +309,22 @@ def _log_abs(expr: sp.Expr) -> sp.Expr:
         return sp.Add(*(_log_abs(arg) for arg in expr.args))
     if expr.is_Pow and expr.exp.is_real and expr.exp.is_number:
         return expr.exp * _log_abs(expr.base)
-    if isinstance(expr, sp.exp):
-        return expr.args[0]
     if expr == X:
         return sp.log(-X)
     if expr == UU:
         return L
-    if expr.is_number:
-        return sp.log(sp.Abs(expr))
-    return sp.log(sp.Abs(expr))
+    if expr.is_zero:  # a piece on which f̃ vanishes
+        return -sp.oo
+    return _on_signs(expr, -1, safe_log_abs)
 
 
 def _log_side_function(name: str, expr_u: sp.Expr) -> SideFunction:
     r"""log|expr| on the s side, for :math:`(1-p)\tilde f(s)` when :math:`1 - p < e^{-700}` and s underflows:
     the product is formed as :math:`e^{\log(1-p) + \log|\tilde f(s)|}` (e.g. Neyman's lower bound at
     :math:`\log p = -1500`, where :math:`\tilde f(s) \approx 1/s` overflows while the product is about δ)."""
-    closed = _side_expression(on_side(expr_u, -1), -1)
-    return SideFunction(name=name, closed=_powers_as_exp(_log_abs(closed), UU, L), taylor=None, far=None)
+    pieces = _pieces(on_side(expr_u, -1))
+    closed = _selected(pieces, lambda e: _powers_as_exp(_log_abs(_side_expression(e, -1)), UU, L))
+    return SideFunction(name=name, closed=closed, taylor=None, far=None)
 
 
 def _log_abs_far(expr: sp.Expr) -> sp.Expr:
@@ -275,17 +339,18 @@ def _log_abs_far(expr: sp.Expr) -> sp.Expr:
         return sp.log(1 - sp.exp(-L))  # y in (1/2, 1) where this is used: no cancellation
     if expr == L:
         return sp.log(L)
-    if expr.is_number:
-        return sp.log(sp.Abs(expr))
-    return sp.log(sp.Abs(expr.xreplace({T: sp.exp(-L), Y: 1 - sp.exp(-L)})))
+    if expr.is_zero:
+        return -sp.oo
+    return _on_signs(_exponents_in_x(expr).xreplace({T: sp.exp(-L), Y: 1 - sp.exp(-L)}), 1, safe_log_abs)
 
 
 def _log_far_function(name: str, expr_u: sp.Expr) -> SideFunction:
     r"""log of an r-side function for u > 2, in L = log u only: for :math:`p < e^{-700}` the products
     :math:`q\Phi(r)` and :math:`q\tilde f'(r)` are formed as exponentials of sums of logarithms, as
     :math:`\Phi(r)` itself may overflow (α = 3 at :math:`\log p = -1500`: :math:`\Phi(r) \sim r^2/6`)."""
-    far = _far_expression(on_side(expr_u, 1))
-    return SideFunction(name=name, closed=_log_abs_far(far), taylor=None, far=None)
+    pieces = _pieces(on_side(expr_u, 1))
+    return SideFunction(name=name, closed=_selected(pieces, lambda e: _log_abs_far(_far_expression(e))), taylor=None,
+                        far=None)
 
 
 def _to_float(value: sp.Expr) -> float:
@@ -313,10 +378,7 @@ def _generator_functions(div: Divergence) -> GeneratorFunctions:
     known = checked_facts(div)
     f = known.f_normalised
     df = sp.diff(f, U)
-    xs_pos = sp.Symbol("xs", positive=True)
-    xs_neg = sp.Symbol("xs", negative=True)
-    right = sp.limit(df.subs(U, 1 + xs_pos), xs_pos, 0, "+")
-    left = sp.limit(df.subs(U, 1 + xs_neg), xs_neg, 0, "-")
+    left, right = known.slopes_at_one  # one-sided slopes of f at 1 (those of f̃ differ from them by f'(1))
     f2 = _to_float(known.f2) if known.is_smooth_at_one else 0.0
     return GeneratorFunctions(
         divergence=div,
@@ -335,13 +397,26 @@ def _generator_functions(div: Divergence) -> GeneratorFunctions:
     )
 
 
+def _elementwise(pairwise: Callable) -> Callable:
+    """A variadic element-wise max/min (the printed ``max(a, b, c)`` of SymPy's Max) from a pairwise one."""
+
+    def reduce(first, *rest):
+        for value in rest:
+            first = pairwise(first, value)
+        return first
+
+    return reduce
+
+
 def _side_callable(fn: SideFunction, xp) -> Callable:
     """``fn`` as an element-wise function of (x, L, u) in the namespace ``xp`` (see bandcore.kernels.ops)."""
-    names = {"exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "Abs": xp.abs, "pi": math.pi, "E": math.e,
+    names = {"exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "Abs": xp.abs, "abs": xp.abs, "pi": math.pi, "E": math.e,
+             "log1p": xp.log1p, "expm1": xp.expm1, "xp": xp,
+             "max": _elementwise(xp.maximum), "min": _elementwise(xp.minimum),
              **{name: getattr(xp, name) for name in ("sinh", "cosh", "tanh", "asinh", "acosh", "atanh")}}
     closed = sp.lambdify((X, L, UU), fn.closed, modules=[names], cse=True)
     taylor = None if fn.taylor is None else sp.lambdify(X, fn.taylor, modules=[names])
-    far = None if fn.far is None else sp.lambdify((T, Y, L), fn.far, modules=[names], cse=True)
+    far = None if fn.far is None else sp.lambdify((T, Y, L, X), fn.far, modules=[names], cse=True)
 
     def evaluate(x, log_u, u):
         value = closed(x, log_u, u) + xp.minimum(xp.abs(x), 0.0)  # broadcast constants (0 even for x = inf)
@@ -349,7 +424,7 @@ def _side_callable(fn: SideFunction, xp) -> Callable:
             value = xp.where(xp.abs(x) < TAYLOR_RADIUS, taylor(x), value)
         if far is not None:
             t = 1.0 / u
-            value = xp.where(x > FAR_X, far(t, 1.0 - t, log_u), value)
+            value = xp.where(x > FAR_X, far(t, 1.0 - t, log_u, x), value)
             value = xp.where(xp.logical_and(u == math.inf, xp.isnan(value)), fn.at_infinity, value)  # 0*log(inf)
         return value
 

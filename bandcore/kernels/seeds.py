@@ -22,7 +22,9 @@ A seed is only a start: the solver finishes every token with its own convergence
 away from thresholds the seed is within ~1e-10, so the first Newton step already passes it) or one Halley step
 whose accuracy the tests check against the oracle (KL, where the seed errs by < 1e-9).
 Seeds of user generators are cached on disk (``.npz``, no pickle) under :func:`.binding.cache_dir`, keyed by
-the canonical formula, δ and the solver source, so a second process starts fast.
+the canonical formula, δ, the solver source and the generated functions' key
+(:meth:`~bandcore.derive.kernel_functions.GeneratorFunctions.key`), so a second process
+starts fast and never reads a table of other functions.
 """
 
 from __future__ import annotations
@@ -103,7 +105,11 @@ def _source_digest() -> str:
 
 
 def _path(formula: str, delta: float):
-    key = f"{formula}|{delta!r}|{SEED_RANGE}|{SEED_LEVEL}|{_source_digest()}"
+    from ..derive.kernel_functions import generator_functions  # SymPy: only for a user generator's seeds
+
+    # keyed by the generated functions too: a table from another version of them is never read
+    functions = generator_functions(formula).key()
+    key = f"{formula}|{delta!r}|{SEED_RANGE}|{SEED_LEVEL}|{_source_digest()}|{functions}"
     return cache_dir().parent / "seeds" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.npz"
 
 
