@@ -83,16 +83,23 @@ _HYPERBOLIC = (sp.cosh, sp.sinh, sp.tanh)
 _LOG2 = sp.log(2)
 
 
+def _growing_argument(arg: sp.Expr) -> bool:
+    """Whether e^arg grows exponentially in u: arg is not a constant, nor a multiple of L = log u (e^{aL} is the
+    power u^a, which the generated functions write that way on purpose and which the far and log branches
+    already keep finite)."""
+    return not arg.is_number and any(symbol.name != "L" for symbol in arg.free_symbols)
+
+
 def grows_exponentially(expr: sp.Expr) -> bool:
-    """True when ``expr`` contains an exponential or hyperbolic function of a non-constant argument."""
-    return any(not node.args[0].is_number for node in expr.atoms(sp.exp, *_HYPERBOLIC))
+    """True when ``expr`` contains an exponential or hyperbolic function growing exponentially in u."""
+    return any(_growing_argument(node.args[0]) for node in expr.atoms(sp.exp, *_HYPERBOLIC))
 
 
 def _explodes(expr: sp.Expr) -> bool:
     """True when ``expr`` may overflow (or underflow) through an exponential factor: e^z, cosh z, sinh z of a
     non-constant z, or a product, power or sum of one (a logarithm of one does not)."""
     if isinstance(expr, (sp.exp, sp.cosh, sp.sinh)):
-        return not expr.args[0].is_number
+        return _growing_argument(expr.args[0])
     if expr.is_Mul or expr.is_Add:
         return any(_explodes(arg) for arg in expr.args)
     if expr.is_Pow:
