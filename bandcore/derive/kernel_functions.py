@@ -315,7 +315,7 @@ def _log_abs(expr: sp.Expr) -> sp.Expr:
         return L
     if expr.is_zero:  # a piece on which f̃ vanishes
         return -sp.oo
-    return _on_signs(expr, -1, safe_log_abs)
+    return _on_signs(expr, -1, lambda e: safe_log_abs(e, powers=True))
 
 
 def _log_side_function(name: str, expr_u: sp.Expr) -> SideFunction:
@@ -341,7 +341,8 @@ def _log_abs_far(expr: sp.Expr) -> sp.Expr:
         return sp.log(L)
     if expr.is_zero:
         return -sp.oo
-    return _on_signs(_exponents_in_x(expr).xreplace({T: sp.exp(-L), Y: 1 - sp.exp(-L)}), 1, safe_log_abs)
+    in_l = _exponents_in_x(expr).xreplace({T: sp.exp(-L), Y: 1 - sp.exp(-L)})
+    return _on_signs(in_l, 1, lambda e: safe_log_abs(e, powers=True))
 
 
 def _log_far_function(name: str, expr_u: sp.Expr) -> SideFunction:

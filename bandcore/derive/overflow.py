@@ -83,20 +83,28 @@ _HYPERBOLIC = (sp.cosh, sp.sinh, sp.tanh)
 _LOG2 = sp.log(2)
 
 
-def grows_exponentially(expr: sp.Expr) -> bool:
-    """True when ``expr`` contains an exponential or hyperbolic function of a non-constant argument."""
-    return any(not node.args[0].is_number for node in expr.atoms(sp.exp, *_HYPERBOLIC))
+def _growing_argument(arg: sp.Expr, powers: bool) -> bool:
+    """Whether e^arg is to be kept from overflowing: arg is not a constant, and, unless ``powers``, not a
+    multiple of L = log u (e^{aL} is the power u^a, which the generated functions write that way on purpose
+    and whose value branches the far branch keeps finite; the log branches, for p < e^-700, take ``powers``)."""
+    return not arg.is_number and (powers or any(symbol.name != "L" for symbol in arg.free_symbols))
 
 
-def _explodes(expr: sp.Expr) -> bool:
+def grows_exponentially(expr: sp.Expr, powers: bool = False) -> bool:
+    """True when ``expr`` contains an exponential or hyperbolic function growing exponentially in u (or, with
+    ``powers``, a power u^a written as e^{aL})."""
+    return any(_growing_argument(node.args[0], powers) for node in expr.atoms(sp.exp, *_HYPERBOLIC))
+
+
+def _explodes(expr: sp.Expr, powers: bool) -> bool:
     """True when ``expr`` may overflow (or underflow) through an exponential factor: e^z, cosh z, sinh z of a
     non-constant z, or a product, power or sum of one (a logarithm of one does not)."""
     if isinstance(expr, (sp.exp, sp.cosh, sp.sinh)):
-        return not expr.args[0].is_number
+        return _growing_argument(expr.args[0], powers)
     if expr.is_Mul or expr.is_Add:
-        return any(_explodes(arg) for arg in expr.args)
+        return any(_explodes(arg, powers) for arg in expr.args)
     if expr.is_Pow:
-        return _explodes(expr.base) or _explodes(expr.exp)
+        return _explodes(expr.base, powers) or _explodes(expr.exp, powers)
     return False
 
 
@@ -108,53 +116,55 @@ def _sign(expr: sp.Expr) -> int | None:
     return None
 
 
-def safe_value(expr: sp.Expr) -> sp.Expr:
-    """``expr`` rewritten so that it is finite wherever its value is (module docstring)."""
-    if expr.is_Atom or not grows_exponentially(expr):
+def safe_value(expr: sp.Expr, powers: bool = False) -> sp.Expr:
+    """``expr`` rewritten so that it is finite wherever its value is (module docstring; ``powers``: as in
+    :func:`grows_exponentially`)."""
+    if expr.is_Atom or not grows_exponentially(expr, powers):
         return expr
     if isinstance(expr, sp.cosh):
-        z = safe_value(expr.args[0])
+        z = safe_value(expr.args[0], powers)
         return (sp.exp(z) + sp.exp(-z)) / 2
     if isinstance(expr, sp.sinh):
-        z = safe_value(expr.args[0])
+        z = safe_value(expr.args[0], powers)
         return (expm1(z) - expm1(-z)) / 2
     if isinstance(expr, sp.tanh):
-        z = safe_value(expr.args[0])
+        z = safe_value(expr.args[0], powers)
         a, b = expm1(2 * sp.Min(z, 0)), expm1(-2 * sp.Max(z, 0))
         return (a - b) / (2 + a + b)
     if isinstance(expr, sp.log):
-        return safe_log_abs(expr.args[0])
+        return safe_log_abs(expr.args[0], powers)
     if expr.is_Mul:
-        growing = [f for f in expr.args if _explodes(f)]
+        growing = [f for f in expr.args if _explodes(f, powers)]
         if len(growing) >= 2:  # the sign of a factor that may overflow is that of its (possibly infinite) value
-            rest = [safe_value(f) for f in expr.args if not _explodes(f)]
-            signs = [_sign(f) or SignOf(safe_value(f)) for f in growing]
-            return sp.Mul(*signs, *rest) * sp.exp(sp.Add(*(safe_log_abs(f) for f in growing)))
-    return expr.func(*(safe_value(arg) for arg in expr.args))
+            rest = [safe_value(f, powers) for f in expr.args if not _explodes(f, powers)]
+            signs = [_sign(f) or SignOf(safe_value(f, powers)) for f in growing]
+            return sp.Mul(*signs, *rest) * sp.exp(sp.Add(*(safe_log_abs(f, powers) for f in growing)))
+    return expr.func(*(safe_value(arg, powers) for arg in expr.args))
 
 
-def safe_log_abs(expr: sp.Expr) -> sp.Expr:
-    r""":math:`\log|{\rm expr}|` as an expression that forms no overflowing intermediate (module docstring)."""
+def safe_log_abs(expr: sp.Expr, powers: bool = False) -> sp.Expr:
+    r""":math:`\log|{\rm expr}|` as an expression that forms no overflowing intermediate (module docstring;
+    ``powers``: as in :func:`grows_exponentially`)."""
     if expr.is_Mul:
-        return sp.Add(*(safe_log_abs(arg) for arg in expr.args))
+        return sp.Add(*(safe_log_abs(arg, powers) for arg in expr.args))
     if expr.is_Pow and expr.exp.is_number and expr.exp.is_real:
-        return expr.exp * safe_log_abs(expr.base)
+        return expr.exp * safe_log_abs(expr.base, powers)
     if isinstance(expr, sp.exp):
-        return safe_value(expr.args[0])
+        return safe_value(expr.args[0], powers)
     if isinstance(expr, sp.cosh):
-        z = sp.Abs(safe_value(expr.args[0]))
+        z = sp.Abs(safe_value(expr.args[0], powers))
         return z + log1p(sp.exp(-2 * z)) - _LOG2
     if isinstance(expr, sp.sinh):
-        z = sp.Abs(safe_value(expr.args[0]))
+        z = sp.Abs(safe_value(expr.args[0], powers))
         return z + sp.log(-expm1(-2 * z)) - _LOG2
     if isinstance(expr, sp.tanh):
-        z = sp.Abs(safe_value(expr.args[0]))
+        z = sp.Abs(safe_value(expr.args[0], powers))
         return sp.log(-expm1(-2 * z)) - log1p(sp.exp(-2 * z))
-    if expr.is_Add and _explodes(expr):
-        terms = [(safe_log_abs(term), _sign(term)) for term in expr.args]
+    if expr.is_Add and _explodes(expr, powers):
+        terms = [(safe_log_abs(term, powers), _sign(term)) for term in expr.args]
         if all(sign is not None for _, sign in terms):
             return _log_of_sum(terms)
-    return sp.log(sp.Abs(safe_value(expr)))
+    return sp.log(sp.Abs(safe_value(expr, powers)))
 
 
 def _log_of_sum(terms: list[tuple[sp.Expr, int]]) -> sp.Expr:
