@@ -31,8 +31,7 @@ import numpy as np
 
 from .._contract import LOG_P_TOLERANCE
 from ..divergences import Divergence, resolve
-from . import lookup
-from . import solvers as _reference
+from . import lookup, solvers
 from .binding import generated_source, instance, load_generated
 from .grid import FM_SIZE, IM_SIZE, KernelBound
 from .seeds import NO_SEED, seed_table
@@ -66,6 +65,17 @@ def _constants(divergence: Divergence) -> dict[str, float]:
     return {"F_AT_ZERO": gf.f_at_zero, "SLOPE_AT_INFINITY": gf.slope_at_infinity, "F2": gf.f2, "KINK": gf.kink}
 
 
+def _instance(backend: str, tag: str = "") -> ModuleType:
+    """A :mod:`.solvers` instance for ``backend`` with the table lookup its seeds are read with."""
+    module = instance(solvers, backend, tag)
+    module.interpolate = instance(lookup, backend).interpolate
+    return module
+
+
+#: The NumPy instance of the solvers (the closed forms and KL need no per-divergence binding).
+_reference = _instance("numpy")
+
+
 @lru_cache(maxsize=128)
 def solver_module(backend: str, divergence: Divergence, kind: str | None = None) -> ModuleType:
     """A :mod:`.solvers` instance for ``backend`` ("numpy" or "torch") and ``divergence`` (cached per pair).
@@ -75,8 +85,7 @@ def solver_module(backend: str, divergence: Divergence, kind: str | None = None)
     kind = kind or solver_kind(divergence)
     if backend == "numpy" and kind != "generic":
         return _reference
-    module = instance(_reference, backend, f"{kind}_{hashlib.sha256(divergence.formula.encode()).hexdigest()[:12]}")
-    module.interpolate = instance(lookup, backend).interpolate
+    module = _instance(backend, f"{kind}_{hashlib.sha256(divergence.formula.encode()).hexdigest()[:12]}")
     if kind == "generic":
         from ..derive.kernel_functions import side_callables
 
@@ -311,7 +320,7 @@ def _numba_source(divergence: Divergence, kind: str) -> str:
         for fn in gf.functions:
             lines += ["@njit(cache=True, fastmath=FASTMATH, error_model='numpy', forceinline=True)", fn.math_source()]
     drivers = _CLAMPED + _by_value() + "".join(_solver_drivers(kind, output) for output in OUTPUTS)
-    return generated_source([(lookup, False), (_reference, False)], "numba_fast_ops", lines, drivers, inline=True,
+    return generated_source([(lookup, False), (solvers, False)], "numba_fast_ops", lines, drivers, inline=True,
                             outlined=_OUTLINED)  # fmt: skip
 
 
