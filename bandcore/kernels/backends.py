@@ -114,7 +114,8 @@ def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: f
     """(log r_lo, log r_up, status) of a 1-D NumPy array or torch tensor with ``module`` (a :func:`solver_module`).
 
     The seeded kinds run their branch-free polished pass (:data:`.solvers.POLISHED`) on every token and the
-    safeguarded solver on the tokens it marked NOT_CONVERGED: only those where selecting them costs no host
+    safeguarded solver (after the :data:`.solvers.common.REFINED` pass) on the tokens it marked NOT_CONVERGED:
+    only those where selecting them costs no host
     synchronisation (NumPy, torch on the CPU outside ``torch.compile``), else on every token, merged by a select.
     ``fallback=False`` stops after the polished pass (the caller then solves the marked tokens itself).
     """
@@ -129,10 +130,23 @@ def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: f
     if can_select(lp):
         if bool(redo.any()):
             lower, upper, status = lower + 0.0, upper + 0.0, status + 0.0  # own copies, written below
-            lower[redo], upper[redo], status[redo] = solve(lp[redo], delta, at_one, seed)
+            lower[redo], upper[redo], status[redo] = _refined_then_solve(module, kind, lp[redo], delta, at_one, seed)
         return lower, upper, status
     lower_again, upper_again, status_again = solve(lp, delta, at_one, seed)
     return xp.where(redo, lower_again, lower), xp.where(redo, upper_again, upper), xp.where(redo, status_again, status)
+
+
+def _refined_then_solve(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple) -> tuple:
+    """The :data:`.solvers.common.REFINED` pass of ``kind`` (if any), then the safeguarded solver on the tokens it
+    left; for the tokens the polished pass left (selected: NumPy or CPU tensors)."""
+    solve = getattr(module, module.ENTRY_POINTS[kind])
+    if kind not in module.REFINED:
+        return solve(lp, delta, at_one, seed)
+    lower, upper, status = getattr(module, module.REFINED[kind])(lp, delta, at_one, seed)
+    redo = status == module.NOT_CONVERGED
+    if bool(redo.any()):
+        lower[redo], upper[redo], status[redo] = solve(lp[redo], delta, at_one, seed)
+    return lower, upper, status
 
 
 def can_select(array: Any) -> bool:
@@ -234,9 +248,18 @@ _SEEDS = '''    seed = by_value(seed)
 _FALLBACK = '''    for i in {range}(n):
         if status[i] == np.int8(NOT_CONVERGED):
             lp = clamped(old_log_prob[i])
-{solve}'''
+{refined}{solve}'''
+#: The REFINED pass of a token in the fallback loop: the safeguarded solver (indented below it) runs only where
+#: it did not finish the token.
+_REFINED = '''lo, up, st = REFINED(lp, delta, lower_at_one, seed)
+if st != NOT_CONVERGED:
+    lower[i] = OUT(lo)
+    upper[i] = OUT(up)
+    status[i] = np.int8(st)
+else:
+'''
 #: Solve every block (counting the values above TOL), then the tokens the polished pass marked NOT_CONVERGED
-#: again with the safeguarded solver (seeded kinds only).
+#: again: with the REFINED pass where the kind has one, then the safeguarded solver (seeded kinds only).
 _DRIVER = '''
 
 @njit(cache=True, parallel={parallel}, fastmath=FASTMATH, error_model="numpy")
@@ -301,7 +324,10 @@ def _solver_drivers(kind: str, output: str) -> str:
     if kind in _reference.POLISHED:
         polished = _token(_reference.POLISHED[kind], "w_up[j], w_lo[j]", 8, output, block=True)
         block = _BLOCK.format(output=output, seeds=_SEEDS, solve=polished)
-        fallback = _FALLBACK.replace("{solve}", _token(solve, "seed", 12, output, block=False))
+        refined = _reference.REFINED.get(kind, "")
+        head = _REFINED.replace("REFINED", refined).replace("OUT", OUTPUTS[output]) if refined else ""
+        fallback = _FALLBACK.replace("{refined}", textwrap.indent(head, " " * 12))
+        fallback = fallback.replace("{solve}", _token(solve, "seed", 16 if refined else 12, output, block=False))
     else:
         block = _BLOCK.format(output=output, seeds="", solve=_token(solve, "seed", 8, output, block=True))
         fallback = ""
@@ -326,7 +352,7 @@ def _numba_source(divergence: Divergence, kind: str) -> str:
 
 #: The safeguarded solvers stay calls in the generated module: their iteration loops do not vectorise, and
 #: inlining them would only cost compile time
-_OUTLINED = ("generic_bounds", "upper_root", "kl_bounds", "kl_upper_root")
+_OUTLINED = ("generic_bounds", "upper_root", "kl_bounds", "kl_upper_root", "generic_refined_bounds")
 
 
 def _literal(value: float) -> str:

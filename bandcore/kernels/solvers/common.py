@@ -72,3 +72,6 @@ ENTRY_POINTS = {"generic": "generic_bounds", "kl": "kl_bounds", "tv": "tv_bounds
 #: kind -> the branch-free seeded pass run before ENTRY_POINTS[kind] (which then solves only the tokens it marks
 #: NOT_CONVERGED); the closed forms have none
 POLISHED = {"generic": "generic_polished_bounds", "kl": "kl_polished_bounds"}
+#: kind -> the pass run on the tokens POLISHED[kind] left, before ENTRY_POINTS[kind] solves the rest (same
+#: arguments as ENTRY_POINTS[kind]; KL's polished pass leaves only tokens without a seed)
+REFINED = {"generic": "generic_refined_bounds"}
