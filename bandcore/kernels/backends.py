@@ -6,9 +6,10 @@ r"""Binding the one solver source (:mod:`.solvers`) to a backend, with caches ke
 * **numba**: a generated module — the source of :mod:`.solvers` and :mod:`.lookup` with ``xp`` bound to
   :mod:`.numba_fast_ops` (exp/log written out, every select computed, so LLVM vectorises them), the
   divergence's functions as select-form code, every function force-inlined at LLVM level (cheap to compile,
-  unlike Numba's IR inlining), and drivers that solve blocks of ``BLOCK`` tokens: the seeds (table gathers)
-  in one loop, the branch-free pass in a second, vectorised one, then the safeguarded solver for the tokens
-  that pass left (:data:`.solvers.POLISHED`).  The drivers read the input in its own dtype, clamp (0, tol]
+  unlike Numba's IR inlining), and drivers (:mod:`.drivers`) that solve blocks of ``BLOCK`` tokens: the
+  seeds (table gathers) in one loop, the branch-free pass in a second, vectorised one, then the refined pass
+  and the safeguarded solver for the tokens that pass left (:data:`.solvers.common.POLISHED`,
+  ``REFINED``, ``ENTRY_POINTS``).  The drivers read the input in its own dtype, clamp (0, tol]
   to 0, count values above, and write the (optionally exponentiated) bounds in the output dtype.  The module
   is written once to the cache directory (``$BANDCORE_CACHE`` or ``~/.cache/bandcore``, named by a hash of
   its code), so Numba caches the machine code on disk.
@@ -22,19 +23,17 @@ from __future__ import annotations
 
 import hashlib
 import math
-import textwrap
 from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from .._contract import LOG_P_TOLERANCE
 from ..divergences import Divergence, resolve
-from . import lookup
-from . import solvers as _reference
-from .binding import generated_source, instance, load_generated
-from .grid import FM_SIZE, IM_SIZE, KernelBound
+from . import lookup, solvers
+from .binding import instance, load_generated
+from .drivers import SERIAL_MAX, lookup_module, numba_source
+from .grid import KernelBound
 from .seeds import NO_SEED, seed_table
 
 __all__ = ["can_select", "lower_at_one", "numba_module", "run_lookup", "run_lookup_torch", "run_numba", "seed",
@@ -66,6 +65,17 @@ def _constants(divergence: Divergence) -> dict[str, float]:
     return {"F_AT_ZERO": gf.f_at_zero, "SLOPE_AT_INFINITY": gf.slope_at_infinity, "F2": gf.f2, "KINK": gf.kink}
 
 
+def _instance(backend: str, tag: str = "") -> ModuleType:
+    """A :mod:`.solvers` instance for ``backend`` with the table lookup its seeds are read with."""
+    module = instance(solvers, backend, tag)
+    module.interpolate = instance(lookup, backend).interpolate
+    return module
+
+
+#: The NumPy instance of the solvers (the closed forms and KL need no per-divergence binding).
+_reference = _instance("numpy")
+
+
 @lru_cache(maxsize=128)
 def solver_module(backend: str, divergence: Divergence, kind: str | None = None) -> ModuleType:
     """A :mod:`.solvers` instance for ``backend`` ("numpy" or "torch") and ``divergence`` (cached per pair).
@@ -75,8 +85,7 @@ def solver_module(backend: str, divergence: Divergence, kind: str | None = None)
     kind = kind or solver_kind(divergence)
     if backend == "numpy" and kind != "generic":
         return _reference
-    module = instance(_reference, backend, f"{kind}_{hashlib.sha256(divergence.formula.encode()).hexdigest()[:12]}")
-    module.interpolate = instance(lookup, backend).interpolate
+    module = _instance(backend, f"{kind}_{hashlib.sha256(divergence.formula.encode()).hexdigest()[:12]}")
     if kind == "generic":
         from ..derive.kernel_functions import side_callables
 
@@ -105,7 +114,8 @@ def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: f
     """(log r_lo, log r_up, status) of a 1-D NumPy array or torch tensor with ``module`` (a :func:`solver_module`).
 
     The seeded kinds run their branch-free polished pass (:data:`.solvers.POLISHED`) on every token and the
-    safeguarded solver on the tokens it marked NOT_CONVERGED: only those where selecting them costs no host
+    safeguarded solver (after the :data:`.solvers.common.REFINED` pass) on the tokens it marked NOT_CONVERGED:
+    only those where selecting them costs no host
     synchronisation (NumPy, torch on the CPU outside ``torch.compile``), else on every token, merged by a select.
     ``fallback=False`` stops after the polished pass (the caller then solves the marked tokens itself).
     """
@@ -120,10 +130,23 @@ def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: f
     if can_select(lp):
         if bool(redo.any()):
             lower, upper, status = lower + 0.0, upper + 0.0, status + 0.0  # own copies, written below
-            lower[redo], upper[redo], status[redo] = solve(lp[redo], delta, at_one, seed)
+            lower[redo], upper[redo], status[redo] = _refined_then_solve(module, kind, lp[redo], delta, at_one, seed)
         return lower, upper, status
     lower_again, upper_again, status_again = solve(lp, delta, at_one, seed)
     return xp.where(redo, lower_again, lower), xp.where(redo, upper_again, upper), xp.where(redo, status_again, status)
+
+
+def _refined_then_solve(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple) -> tuple:
+    """The :data:`.solvers.common.REFINED` pass of ``kind`` (if any), then the safeguarded solver on the tokens it
+    left; for the tokens the polished pass left (selected: NumPy or CPU tensors)."""
+    solve = getattr(module, module.ENTRY_POINTS[kind])
+    if kind not in module.REFINED:
+        return solve(lp, delta, at_one, seed)
+    lower, upper, status = getattr(module, module.REFINED[kind])(lp, delta, at_one, seed)
+    redo = status == module.NOT_CONVERGED
+    if bool(redo.any()):
+        lower[redo], upper[redo], status[redo] = solve(lp[redo], delta, at_one, seed)
+    return lower, upper, status
 
 
 def can_select(array: Any) -> bool:
@@ -177,147 +200,17 @@ def lower_at_one(divergence: Divergence, delta: float) -> float:
 # Numba: the generated module
 # ------------------------------------------------------------------------------------------------------------
 
-#: Solve one token (log p in ``lp``) with SOLVER(..., ARGS) and store OUT(bounds) at INDEX of the arrays LOWER,
-#: UPPER, STATUS (one body for every pass of the drivers).
-_TOKEN = '''lo, up, st = SOLVER(lp, delta, lower_at_one, ARGS)
-LOWER[INDEX] = OUT(lo)
-UPPER[INDEX] = OUT(up)
-STATUS[INDEX] = np.int8(st)'''
-#: One block of tokens [first, last), read and written through views of the block (indices from 0, which LLVM
-#: knows to be non-negative: indexing ``array[first + j]`` keeps Numba's negative-index wraparound in the loop,
-#: which then does not vectorise): the closed forms in one branch-free loop; the seeded solvers with the L of
-#: both roots (-log p, -log(1 - p)) in a vectorised loop, their seeds (table gathers, which LLVM does not
-#: vectorise) in a second and the branch-free polished pass in a third, vectorised one.  Returns how many inputs
-#: are above TOL.  A function of its own, called by both drivers: Numba's parallel passes never see its body.
-_BLOCK = '''
-
-@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def solve_block{output}(old_log_prob, first, last, delta, lower_at_one, lower, upper, status, seed):
-    log_p = old_log_prob[first:last]
-    lo_out = lower[first:last]
-    up_out = upper[first:last]
-    st_out = status[first:last]
-{seeds}
-    for j in range(log_p.size):
-        lp = clamped(log_p[j])
-{solve}
-    above = 0
-    for j in range(log_p.size):  # a loop of its own: in the one above, the count would slow it down by a third
-        above += log_p[j] > TOL
-    return above
-'''
-_CLAMPED = '''
-
-@njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
-def clamped(value):
-    """log p as float64, with (0, TOL] clamped to 0."""
-    lp = np.float64(value)
-    return 0.0 if lp > 0.0 and lp <= TOL else lp
-'''
-_SEEDS = '''    seed = by_value(seed)
-    w_up = np.empty(BLOCK)
-    w_lo = np.empty(BLOCK)
-    for j in range(log_p.size):  # vectorised: where seed_pair reads the table
-        w_up[j], w_lo[j] = seed_points(clamped(log_p[j]))
-    for j in range(log_p.size):  # the gathers
-        w_up[j] = seed_log_w(w_up[j], seed)
-        w_lo[j] = seed_log_w(w_lo[j], seed)'''
-_FALLBACK = '''    for i in {range}(n):
-        if status[i] == np.int8(NOT_CONVERGED):
-            lp = clamped(old_log_prob[i])
-{solve}'''
-#: Solve every block (counting the values above TOL), then the tokens the polished pass marked NOT_CONVERGED
-#: again with the safeguarded solver (seeded kinds only).
-_DRIVER = '''
-
-@njit(cache=True, parallel={parallel}, fastmath=FASTMATH, error_model="numpy")
-def band_kernel{output}{suffix}(old_log_prob, delta, lower_at_one, lower, upper, status, seed):
-    """Clamp (0, TOL] to 0 and count values above TOL; bounds in float64, stored in the output dtype."""
-    n = old_log_prob.size
-    above = 0
-    for block in {range}((n + BLOCK - 1) // BLOCK):
-        above += solve_block{output}(old_log_prob, block * BLOCK, min(block * BLOCK + BLOCK, n), delta,
-                                     lower_at_one, lower, upper, status, seed)
-{fallback}
-    return above
-'''
-
-
-def _by_value() -> str:
-    """``by_value(bound)``: a table bound's ``fm``/``im`` arrays as tuples (see :data:`.grid.FM_SIZE`; Numba's
-    parallel loops take no tuples of numbers as arguments, so the blocks make them)."""
-    fm = ", ".join(f"fm[{i}]" for i in range(FM_SIZE))
-    im = ", ".join(f"im[{i}]" for i in range(IM_SIZE))
-    return f'''
-
-@njit(cache=True, forceinline=True)
-def by_value(bound):
-    fm, im, off, shift, cells = bound
-    return ({fm}), ({im}), off, shift, cells
-'''
-
-
-#: Tokens per block (its seed buffers stay in L1).
-BLOCK = 256
-#: The drivers' outputs: suffix -> what is stored of a log bound.  Each output has its own drivers (a runtime
-#: flag would put exp into every vectorised loop, computed and discarded by a select); Numba compiles only
-#: those called.
-OUTPUTS = {"_log": "", "_ratio": "xp.exp"}
-
-
-def _token(solver: str, args: str, indent: int, output: str, *, block: bool) -> str:
-    """:data:`_TOKEN` for ``solver``: into the block's views at ``j`` or into the outputs at ``i``."""
-    arrays = ("lo_out", "up_out", "st_out", "j") if block else ("lower", "upper", "status", "i")
-    body = _TOKEN.replace("SOLVER", solver).replace("ARGS", args).replace("OUT", OUTPUTS[output])
-    for name, value in zip(("LOWER", "UPPER", "STATUS", "INDEX"), arrays, strict=True):
-        body = body.replace(name, value)
-    return textwrap.indent(body, " " * indent)
-
-
-#: At most this many tokens the drivers run serially.  Measured on 2 cores (OpenMP layer): the parallel drivers
-#: are faster from 2,000 tokens on, also when called after an idle pause (10k TV tokens 76 µs vs 91 µs, KL
-#: 0.75 ms vs 1.1 ms, medians of calls 5 ms apart).
-SERIAL_MAX = 4_096
-
-
-def _drivers(template: str, **names: str) -> str:
-    """A parallel driver (``prange``) and a serial one (suffix ``_serial``) from one template."""
-    return "".join(template.format(parallel=parallel, suffix=suffix, range=loop, **names)
-                   for parallel, suffix, loop in (("True", "", "prange"), ("False", "_serial", "range")))  # fmt: skip
-
-
-def _solver_drivers(kind: str, output: str) -> str:
-    """The block function and the two drivers of ``kind`` storing ``output`` (a key of :data:`OUTPUTS`)."""
-    solve = _reference.ENTRY_POINTS[kind]
-    if kind in _reference.POLISHED:
-        polished = _token(_reference.POLISHED[kind], "w_up[j], w_lo[j]", 8, output, block=True)
-        block = _BLOCK.format(output=output, seeds=_SEEDS, solve=polished)
-        fallback = _FALLBACK.replace("{solve}", _token(solve, "seed", 12, output, block=False))
-    else:
-        block = _BLOCK.format(output=output, seeds="", solve=_token(solve, "seed", 8, output, block=True))
-        fallback = ""
-    return block + _drivers(_DRIVER.replace("{fallback}", fallback).replace("{output}", output))
-
 
 def _numba_source(divergence: Divergence, kind: str) -> str:
-    # Branch-free code (every select computed, exp/log written out in numba_fast_ops, everything inlined) so that
-    # LLVM vectorises the closed forms and the seeded passes; only the fallback's loop is data-dependent
-    lines = [f"TOL = {LOG_P_TOLERANCE!r}", f"BLOCK = {BLOCK}"]
+    extra = []
     if kind == "generic":
         from ..derive.kernel_functions import generator_functions
 
         gf = generator_functions(divergence)
-        lines += [f"{name} = {_literal(value)}" for name, value in _constants(divergence).items()]
+        extra += [f"{name} = {_literal(value)}" for name, value in _constants(divergence).items()]
         for fn in gf.functions:
-            lines += ["@njit(cache=True, fastmath=FASTMATH, error_model='numpy', forceinline=True)", fn.math_source()]
-    drivers = _CLAMPED + _by_value() + "".join(_solver_drivers(kind, output) for output in OUTPUTS)
-    return generated_source([(lookup, False), (_reference, False)], "numba_fast_ops", lines, drivers, inline=True,
-                            outlined=_OUTLINED)  # fmt: skip
-
-
-#: The safeguarded solvers stay calls in the generated module: their iteration loops do not vectorise, and
-#: inlining them would only cost compile time
-_OUTLINED = ("generic_bounds", "upper_root", "kl_bounds", "kl_upper_root")
+            extra += ["@njit(cache=True, fastmath=FASTMATH, error_model='numpy', forceinline=True)", fn.math_source()]
+    return numba_source(kind, extra)
 
 
 def _literal(value: float) -> str:
@@ -357,46 +250,6 @@ def run_numba(divergence: Divergence, old_log_prob: np.ndarray, delta: float, *,
 # Lookup tables: the one evaluation source (:mod:`.lookup`) on every backend
 # ------------------------------------------------------------------------------------------------------------
 
-#: One block of tokens [first, last) of a table, through views of the block (as :data:`_BLOCK`), with the bounds'
-#: ``fm``/``im`` by value; returns how many log p are above ``tol``.
-_TABLE_BLOCK = '''
-
-@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def table_block(log_p, first, last, lower, upper, tol, out_lo, out_up):
-    lower = by_value(lower)
-    upper = by_value(upper)
-    lps = log_p[first:last]
-    lo_out = out_lo[first:last]
-    up_out = out_up[first:last]
-    above = 0
-    for j in range(lps.size):
-        lp = np.float64(lps[j])
-        above += lp > tol
-        lo, up = table_bounds(lp, lower, upper, tol)
-        lo_out[j] = lo
-        up_out[j] = up
-    return above
-'''
-_TABLE_DRIVER = '''
-
-@njit(cache=True, parallel={parallel}, fastmath=FASTMATH, error_model="numpy")
-def table_kernel{suffix}(log_p, lower, upper, tol, out_lo, out_up):
-    """One pass: (log r_lo, log r_up) of a table in float64, stored in the output dtype; counts log p > tol."""
-    n = log_p.shape[0]
-    above = 0
-    for block in {range}((n + BLOCK - 1) // BLOCK):
-        above += table_block(log_p, block * BLOCK, min(block * BLOCK + BLOCK, n), lower, upper, tol, out_lo, out_up)
-    return above
-'''
-
-
-@lru_cache(maxsize=1)
-def _lookup_numba() -> ModuleType:
-    drivers = _by_value() + _TABLE_BLOCK + _drivers(_TABLE_DRIVER)
-    source = generated_source([(lookup, True)], "numba_ops", [f"BLOCK = {BLOCK}"], drivers, inline=True)
-    return load_generated(source, "bandcore_numba_lookup")
-
-
 def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dtype: Any, tol: float,
                backend: str = "numba") -> tuple[np.ndarray, np.ndarray, int]:
     """(log r_lo, log r_up, count of log p > tol) of a table for a flat float32/float64 array.
@@ -407,7 +260,7 @@ def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dt
     if backend == "numba":
         out_lo = np.empty(log_p.shape, dtype=out_dtype)
         out_up = np.empty(log_p.shape, dtype=out_dtype)
-        module = _lookup_numba()
+        module = lookup_module()
         kernel = module.table_kernel if log_p.size > SERIAL_MAX else module.table_kernel_serial
         above = kernel(log_p, lower.arrays(), upper.arrays(), tol, out_lo, out_up)
         return out_lo, out_up, int(above)

@@ -1,7 +1,9 @@
-r"""How one ``xp`` source module (:mod:`.lookup`, :mod:`.solvers`) becomes a NumPy/torch instance or Numba code.
+r"""How one ``xp`` source (:mod:`.lookup`, the parts of :mod:`.solvers`) becomes a NumPy/torch instance or Numba code.
 
 * :func:`instance`: a fresh copy of the module under a name of its own (torch.compile looks globals up by module
   name), registered in ``sys.modules``, with ``xp`` bound to :data:`.ops.numpy_ops` or :func:`.ops.torch_ops`.
+  A package with ``PARTS`` (:mod:`.solvers`) becomes one module: its parts' sources concatenated, their
+  imports of each other dropped, as in the generated Numba code.
 * :func:`generated_source` / :func:`load_generated`: the sources of several such modules concatenated, with
   ``xp`` bound to :mod:`.numba_ops` (or :mod:`.numba_fast_ops`), every ``xp.where(c, a, b)`` turned into
   ``a if c else b`` (a scalar evaluates only the branch it takes; vectorised backends must compute both), every
@@ -16,6 +18,7 @@ import ast
 import hashlib
 import importlib.util
 import inspect
+import linecache
 import os
 import sys
 import tempfile
@@ -25,23 +28,34 @@ from types import ModuleType
 
 from .ops import numpy_ops, torch_ops
 
-__all__ = ["FASTMATH", "cache_dir", "generated_source", "instance", "load_generated"]
+__all__ = ["FASTMATH", "cache_dir", "generated_source", "instance", "load_generated", "parts"]
 
 #: LLVM fast-math flags that keep NaN/inf semantics (full fastmath breaks isnan and inf comparisons).
 FASTMATH = ("arcp", "contract", "nsz")
 _LOCK = threading.Lock()
-#: the lines of a source module that the generated code replaces (``xp`` and the sibling sources)
-_LOCAL_IMPORTS = ("from __future__ import", "from .ops import numpy_ops as xp", "from .lookup import")
+
+
+def parts(module: ModuleType) -> tuple[ModuleType, ...]:
+    """The source modules of ``module``: its ``PARTS`` (a package such as :mod:`.solvers`), else itself."""
+    return tuple(getattr(module, "PARTS", (module,)))
 
 
 def instance(module: ModuleType, backend: str, tag: str = "") -> ModuleType:
-    """A fresh copy of ``module`` with ``xp`` bound to ``backend`` ("numpy" or "torch")."""
+    """A fresh copy of ``module`` (of its :func:`parts`, concatenated) with ``xp`` bound to ``backend`` ("numpy" or
+    "torch")."""
     name = f"{module.__name__}_{backend}{'_' + tag if tag else ''}"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, module.__file__)
-    copy = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(copy)
+    if hasattr(module, "PARTS"):
+        source = "".join(_body(part, False)[0] for part in parts(module))
+        filename = f"<{name}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        copy = ModuleType(name, module.__doc__)
+        exec(compile(source, filename, "exec"), copy.__dict__)  # our own package source, never user input
+    else:
+        spec = importlib.util.spec_from_file_location(name, module.__file__)
+        copy = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(copy)
     copy.xp = numpy_ops if backend == "numpy" else torch_ops()
     sys.modules[name] = copy
     return copy
@@ -71,8 +85,12 @@ class _LazySelects(ast.NodeTransformer):
 
 
 def _body(module: ModuleType, lazy: bool) -> tuple[str, list[str]]:
-    """The module's source without its local imports (lazy selects applied), and its function names."""
-    lines = [line for line in inspect.getsource(module).splitlines() if not line.startswith(_LOCAL_IMPORTS)]
+    """The module's source without its local imports (relative ones and ``__future__``: ``xp`` and the sibling
+    sources are bound by the caller), lazy selects applied, and its function names."""
+    lines = inspect.getsource(module).splitlines()
+    for node in ast.parse("\n".join(lines)).body:
+        if isinstance(node, ast.ImportFrom) and (node.level > 0 or node.module == "__future__"):
+            lines[node.lineno - 1 : node.end_lineno] = [""] * (node.end_lineno - node.lineno + 1)
     source = "\n".join(lines) + "\n"
     if lazy:
         source = ast.unparse(ast.fix_missing_locations(_LazySelects().visit(ast.parse(source)))) + "\n"
@@ -81,21 +99,22 @@ def _body(module: ModuleType, lazy: bool) -> tuple[str, list[str]]:
     return source, names
 
 
-def generated_source(parts: list[tuple[ModuleType, bool]], ops: str, extra: list[str], driver: str, *,
+def generated_source(sources: list[tuple[ModuleType, bool]], ops: str, extra: list[str], driver: str, *,
                      inline: bool = False, outlined: tuple[str, ...] = ()) -> str:
-    """The Numba module: each ``(module, lazy_selects)`` part, ``extra`` lines (constants, generated functions),
-    every part's function jitted (``inline``: marked ``alwaysinline`` for LLVM — Numba's ``forceinline`` — so
-    LLVM sees one loop body it can vectorise; Numba's own IR inlining would take minutes on these call trees;
-    the functions named in ``outlined`` stay calls), then ``driver`` (which may use ``FASTMATH``)."""
+    """The Numba module: the :func:`parts` of each ``(module, lazy_selects)`` source, ``extra`` lines (constants,
+    generated functions), every part's function jitted (``inline``: marked ``alwaysinline`` for LLVM — Numba's
+    ``forceinline`` — so LLVM sees one loop body it can vectorise; Numba's own IR inlining would take minutes on
+    these call trees; the functions named in ``outlined`` stay calls), then ``driver`` (which may use ``FASTMATH``)."""
     # Numba's cache keys on this file only: name the ops sources it inlines, so changing them renames the module
     digest = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in _ops_modules(ops))).hexdigest()[:16]
     header = [f"# ops: {ops} {digest}", "import math", "import numpy as np", "from numba import njit, prange",
               f"from bandcore.kernels import {ops} as xp", f"FASTMATH = set({list(FASTMATH)!r})"]  # fmt: skip
     bodies, functions = [], []
-    for module, lazy in parts:
-        body, names = _body(module, lazy)
-        bodies.append(body)
-        functions += names
+    for source, lazy in sources:
+        for module in parts(source):
+            body, names = _body(module, lazy)
+            bodies.append(body)
+            functions += names
     options = 'cache=True, fastmath=FASTMATH, error_model="numpy"'
     inlined = f"njit({options}, forceinline=True)" if inline else f"njit({options})"
     jitted = [f"{name} = {f'njit({options})' if name in outlined else inlined}({name})" for name in functions]

@@ -101,7 +101,7 @@ def seed_values(module: ModuleType, kind: str, delta: float) -> tuple[np.ndarray
 
 
 def _source_digest() -> str:
-    return hashlib.sha256(inspect.getsource(_reference).encode()).hexdigest()[:16]
+    return hashlib.sha256("".join(inspect.getsource(part) for part in _reference.PARTS).encode()).hexdigest()[:16]
 
 
 def _path(formula: str, delta: float):

@@ -1,0 +1,219 @@
+r"""The Numba drivers: templates of the generated module's loops around the one solver source (:mod:`.solvers`)
+and the table lookup (:mod:`.lookup`), and the generated sources themselves (:func:`numba_source`,
+:func:`lookup_module`).  :mod:`.backends` compiles and calls them.
+
+A driver cuts the tokens into blocks of :data:`BLOCK` and runs the blocks in parallel (serially up to
+:data:`SERIAL_MAX` tokens): the closed forms in one branch-free loop; the seeded kinds gather their seeds in one
+loop and run the polished pass (:data:`.solvers.common.POLISHED`) in a vectorised one, then the tokens it marked
+NOT_CONVERGED again: the refined pass (:data:`.solvers.common.REFINED`) where the kind has one, and the
+safeguarded solver (:data:`.solvers.common.ENTRY_POINTS`) on what that left.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from functools import lru_cache
+from types import ModuleType
+
+from .._contract import LOG_P_TOLERANCE
+from . import lookup, solvers
+from .binding import generated_source, load_generated
+from .grid import FM_SIZE, IM_SIZE
+from .solvers import common as _registry
+
+__all__ = ["BLOCK", "OUTPUTS", "SERIAL_MAX", "lookup_module", "numba_source"]
+
+#: Solve one token (log p in ``lp``) with SOLVER(..., ARGS) and store OUT(bounds) at INDEX of the arrays LOWER,
+#: UPPER, STATUS (one body for every pass of the drivers).
+_TOKEN = '''lo, up, st = SOLVER(lp, delta, lower_at_one, ARGS)
+LOWER[INDEX] = OUT(lo)
+UPPER[INDEX] = OUT(up)
+STATUS[INDEX] = np.int8(st)'''
+#: One block of tokens [first, last), read and written through views of the block (indices from 0, which LLVM
+#: knows to be non-negative: indexing ``array[first + j]`` keeps Numba's negative-index wraparound in the loop,
+#: which then does not vectorise): the closed forms in one branch-free loop; the seeded solvers with the L of
+#: both roots (-log p, -log(1 - p)) in a vectorised loop, their seeds (table gathers, which LLVM does not
+#: vectorise) in a second and the branch-free polished pass in a third, vectorised one.  Returns how many inputs
+#: are above TOL.  A function of its own, called by both drivers: Numba's parallel passes never see its body.
+_BLOCK = '''
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def solve_block{output}(old_log_prob, first, last, delta, lower_at_one, lower, upper, status, seed):
+    log_p = old_log_prob[first:last]
+    lo_out = lower[first:last]
+    up_out = upper[first:last]
+    st_out = status[first:last]
+{seeds}
+    for j in range(log_p.size):
+        lp = clamped(log_p[j])
+{solve}
+    above = 0
+    for j in range(log_p.size):  # a loop of its own: in the one above, the count would slow it down by a third
+        above += log_p[j] > TOL
+    return above
+'''
+_CLAMPED = '''
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
+def clamped(value):
+    """log p as float64, with (0, TOL] clamped to 0."""
+    lp = np.float64(value)
+    return 0.0 if lp > 0.0 and lp <= TOL else lp
+'''
+_SEEDS = '''    seed = by_value(seed)
+    w_up = np.empty(BLOCK)
+    w_lo = np.empty(BLOCK)
+    for j in range(log_p.size):  # vectorised: where seed_pair reads the table
+        w_up[j], w_lo[j] = seed_points(clamped(log_p[j]))
+    for j in range(log_p.size):  # the gathers
+        w_up[j] = seed_log_w(w_up[j], seed)
+        w_lo[j] = seed_log_w(w_lo[j], seed)'''
+_FALLBACK = '''    for i in {range}(n):
+        if status[i] == np.int8(NOT_CONVERGED):
+            lp = clamped(old_log_prob[i])
+{refined}{solve}'''
+#: The REFINED pass of a token in the fallback loop: the safeguarded solver (indented below it) runs only where
+#: it did not finish the token.
+_REFINED = '''lo, up, st = REFINED(lp, delta, lower_at_one, seed)
+if st != NOT_CONVERGED:
+    lower[i] = OUT(lo)
+    upper[i] = OUT(up)
+    status[i] = np.int8(st)
+else:
+'''
+#: Solve every block (counting the values above TOL), then the tokens the polished pass marked NOT_CONVERGED
+#: again: with the REFINED pass where the kind has one, then the safeguarded solver (seeded kinds only).
+_DRIVER = '''
+
+@njit(cache=True, parallel={parallel}, fastmath=FASTMATH, error_model="numpy")
+def band_kernel{output}{suffix}(old_log_prob, delta, lower_at_one, lower, upper, status, seed):
+    """Clamp (0, TOL] to 0 and count values above TOL; bounds in float64, stored in the output dtype."""
+    n = old_log_prob.size
+    above = 0
+    for block in {range}((n + BLOCK - 1) // BLOCK):
+        above += solve_block{output}(old_log_prob, block * BLOCK, min(block * BLOCK + BLOCK, n), delta,
+                                     lower_at_one, lower, upper, status, seed)
+{fallback}
+    return above
+'''
+
+
+def _by_value() -> str:
+    """``by_value(bound)``: a table bound's ``fm``/``im`` arrays as tuples (see :data:`.grid.FM_SIZE`; Numba's
+    parallel loops take no tuples of numbers as arguments, so the blocks make them)."""
+    fm = ", ".join(f"fm[{i}]" for i in range(FM_SIZE))
+    im = ", ".join(f"im[{i}]" for i in range(IM_SIZE))
+    return f'''
+
+@njit(cache=True, forceinline=True)
+def by_value(bound):
+    fm, im, off, shift, cells = bound
+    return ({fm}), ({im}), off, shift, cells
+'''
+
+
+#: Tokens per block (its seed buffers stay in L1).
+BLOCK = 256
+#: The drivers' outputs: suffix -> what is stored of a log bound.  Each output has its own drivers (a runtime
+#: flag would put exp into every vectorised loop, computed and discarded by a select); Numba compiles only
+#: those called.
+OUTPUTS = {"_log": "", "_ratio": "xp.exp"}
+
+
+def _token(solver: str, args: str, indent: int, output: str, *, block: bool) -> str:
+    """:data:`_TOKEN` for ``solver``: into the block's views at ``j`` or into the outputs at ``i``."""
+    arrays = ("lo_out", "up_out", "st_out", "j") if block else ("lower", "upper", "status", "i")
+    body = _TOKEN.replace("SOLVER", solver).replace("ARGS", args).replace("OUT", OUTPUTS[output])
+    for name, value in zip(("LOWER", "UPPER", "STATUS", "INDEX"), arrays, strict=True):
+        body = body.replace(name, value)
+    return textwrap.indent(body, " " * indent)
+
+
+#: At most this many tokens the drivers run serially.  Measured on 2 cores (OpenMP layer): the parallel drivers
+#: are faster from 2,000 tokens on, also when called after an idle pause (10k TV tokens 76 µs vs 91 µs, KL
+#: 0.75 ms vs 1.1 ms, medians of calls 5 ms apart).
+SERIAL_MAX = 4_096
+
+
+def _drivers(template: str, **names: str) -> str:
+    """A parallel driver (``prange``) and a serial one (suffix ``_serial``) from one template."""
+    return "".join(template.format(parallel=parallel, suffix=suffix, range=loop, **names)
+                   for parallel, suffix, loop in (("True", "", "prange"), ("False", "_serial", "range")))  # fmt: skip
+
+
+def _solver_drivers(kind: str, output: str) -> str:
+    """The block function and the two drivers of ``kind`` storing ``output`` (a key of :data:`OUTPUTS`)."""
+    solve = _registry.ENTRY_POINTS[kind]
+    if kind in _registry.POLISHED:
+        polished = _token(_registry.POLISHED[kind], "w_up[j], w_lo[j]", 8, output, block=True)
+        block = _BLOCK.format(output=output, seeds=_SEEDS, solve=polished)
+        refined = _registry.REFINED.get(kind, "")
+        head = _REFINED.replace("REFINED", refined).replace("OUT", OUTPUTS[output]) if refined else ""
+        fallback = _FALLBACK.replace("{refined}", textwrap.indent(head, " " * 12))
+        fallback = fallback.replace("{solve}", _token(solve, "seed", 16 if refined else 12, output, block=False))
+    else:
+        block = _BLOCK.format(output=output, seeds="", solve=_token(solve, "seed", 8, output, block=True))
+        fallback = ""
+    return block + _drivers(_DRIVER.replace("{fallback}", fallback).replace("{output}", output))
+
+
+def numba_source(kind: str, extra: list[str]) -> str:
+    """The generated module of a solver ``kind``: the solver source, ``extra`` lines (a generic divergence's
+    constants and functions) and the drivers of both outputs."""
+    # Branch-free code (every select computed, exp/log written out in numba_fast_ops, everything inlined) so that
+    # LLVM vectorises the closed forms and the seeded passes; only the fallback's loop is data-dependent
+    lines = [f"TOL = {LOG_P_TOLERANCE!r}", f"BLOCK = {BLOCK}", *extra]
+    drivers = _CLAMPED + _by_value() + "".join(_solver_drivers(kind, output) for output in OUTPUTS)
+    return generated_source([(lookup, False), (solvers, False)], "numba_fast_ops", lines, drivers, inline=True,
+                            outlined=_OUTLINED)  # fmt: skip
+
+
+#: The safeguarded solvers stay calls in the generated module: their iteration loops do not vectorise, and
+#: inlining them would only cost compile time
+_OUTLINED = ("generic_bounds", "upper_root", "kl_bounds", "kl_upper_root", "generic_refined_bounds")
+
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Lookup tables
+# ------------------------------------------------------------------------------------------------------------
+
+#: One block of tokens [first, last) of a table, through views of the block (as :data:`_BLOCK`), with the bounds'
+#: ``fm``/``im`` by value; returns how many log p are above ``tol``.
+_TABLE_BLOCK = '''
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def table_block(log_p, first, last, lower, upper, tol, out_lo, out_up):
+    lower = by_value(lower)
+    upper = by_value(upper)
+    lps = log_p[first:last]
+    lo_out = out_lo[first:last]
+    up_out = out_up[first:last]
+    above = 0
+    for j in range(lps.size):
+        lp = np.float64(lps[j])
+        above += lp > tol
+        lo, up = table_bounds(lp, lower, upper, tol)
+        lo_out[j] = lo
+        up_out[j] = up
+    return above
+'''
+_TABLE_DRIVER = '''
+
+@njit(cache=True, parallel={parallel}, fastmath=FASTMATH, error_model="numpy")
+def table_kernel{suffix}(log_p, lower, upper, tol, out_lo, out_up):
+    """One pass: (log r_lo, log r_up) of a table in float64, stored in the output dtype; counts log p > tol."""
+    n = log_p.shape[0]
+    above = 0
+    for block in {range}((n + BLOCK - 1) // BLOCK):
+        above += table_block(log_p, block * BLOCK, min(block * BLOCK + BLOCK, n), lower, upper, tol, out_lo, out_up)
+    return above
+'''
+
+
+@lru_cache(maxsize=1)
+def lookup_module() -> ModuleType:
+    """The generated, compiled module of the table lookup (:data:`_TABLE_DRIVER`)."""
+    drivers = _by_value() + _TABLE_BLOCK + _drivers(_TABLE_DRIVER)
+    source = generated_source([(lookup, True)], "numba_ops", [f"BLOCK = {BLOCK}"], drivers, inline=True)
+    return load_generated(source, "bandcore_numba_lookup")

@@ -1,0 +1,77 @@
+r"""What every solver shares: status codes, the input conventions, the seed-table reads and the solver registry.
+
+The seed of a root (:mod:`bandcore.kernels.seeds`) is tabulated as :math:`\log w`, :math:`w = 1/(e^d - 1)`, in
+:math:`L = -\log p`; the lower root of a token is the upper root of its mirror (swap :math:`\log p` and
+:math:`\log(1-p)`), so it is read at :math:`L = -\log(1-p)`.
+"""
+
+from __future__ import annotations
+
+from ..lookup import interpolate
+from ..ops import numpy_ops as xp  # rebound per backend by ..binding
+
+#: Below this log p, p is (near-)subnormal: r, s and q are built from logarithms.
+LOG_P_TINY = -700.0
+
+CONVERGED, SATURATED, NOT_CONVERGED, INVALID_INPUT = 0.0, 1.0, -2.0, -3.0
+
+
+def finish(lp, lower, upper, status, lower_at_one):
+    """The conventions, once: NaN or log p > 0 -> NaN (invalid); p = 1 -> (lower_at_one, 0); p = 0 -> (-inf, inf)."""
+    invalid = xp.logical_not(lp <= 0.0)
+    at_one = lp == 0.0
+    at_zero = lp == -xp.inf
+    special = xp.logical_or(at_one, at_zero)
+    lower = xp.where(invalid, xp.nan, xp.where(at_one, lower_at_one, xp.where(at_zero, -xp.inf, lower)))
+    upper = xp.where(invalid, xp.nan, xp.where(at_one, 0.0, xp.where(at_zero, xp.inf, upper)))
+    status = xp.where(invalid, INVALID_INPUT, xp.where(special, SATURATED, status))
+    return lower, upper, status
+
+
+def _regular(lp):
+    """(log p, log(1-p)) with the non-regular entries (0, -inf, NaN, > 0) replaced by p = e^-1."""
+    lps = xp.where(xp.logical_and(lp < 0.0, lp > -xp.inf), lp, -1.0)
+    return lps, xp.log(-xp.expm1(lps))  # log(1-p) = log(-expm1(log p)), exact near p = 1
+
+
+
+def _mark_unseeded(lp, seeded, status):
+    """NOT_CONVERGED where a polished pass could not finish a regular token (NaN, p = 1, p = 0 are final)."""
+    special = xp.logical_not(xp.logical_and(lp < 0.0, lp > -xp.inf))
+    return xp.where(xp.logical_or(seeded, special), status, NOT_CONVERGED)
+
+
+def seed_log_w(L, seed):
+    """log w, w = 1/(e^d - 1), at the upper root of the token p = e^-L from the seed table (:mod:`.seeds`);
+    NaN outside its range."""
+    fm = seed[0]
+    inside = xp.logical_and(L >= fm[0], L <= fm[1])
+    return xp.where(inside, interpolate(L, seed[0], seed[1], seed[2], seed[3], seed[4]), xp.nan)
+
+
+def seed_offset(L, seed):
+    """The offset d = log(1 + 1/w) of the seed at L (NaN where there is none)."""
+    return xp.logaddexp(0.0, -seed_log_w(L, seed))
+
+
+def seed_points(lp):
+    """(L at which the upper root is read, L at which the lower root is read) from the seed table: -log p, and
+    -log(1 - p), as the lower root is the upper root of the mirror token 1 - p."""
+    lps, lq = _regular(lp)
+    return -lps, -lq
+
+
+def seed_pair(lp, seed):
+    """(log w at the upper root, log w at the lower root) of each token from its seed table (NaN: no seed)."""
+    L_up, L_lo = seed_points(lp)
+    return seed_log_w(L_up, seed), seed_log_w(L_lo, seed)
+
+
+#: kind -> bounds function name (the entry points of a bound instance)
+ENTRY_POINTS = {"generic": "generic_bounds", "kl": "kl_bounds", "tv": "tv_bounds", "pearson": "pearson_bounds"}
+#: kind -> the branch-free seeded pass run before ENTRY_POINTS[kind] (which then solves only the tokens it marks
+#: NOT_CONVERGED); the closed forms have none
+POLISHED = {"generic": "generic_polished_bounds", "kl": "kl_polished_bounds"}
+#: kind -> the pass run on the tokens POLISHED[kind] left, before ENTRY_POINTS[kind] solves the rest (same
+#: arguments as ENTRY_POINTS[kind]; KL's polished pass leaves only tokens without a seed)
+REFINED = {"generic": "generic_refined_bounds"}
