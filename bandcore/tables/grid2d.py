@@ -63,7 +63,7 @@ import mpmath as mp
 import numpy as np
 from numpy.polynomial import chebyshev
 
-from ..divergences import Divergence, resolve
+from ..divergences import Divergence, resolve_regions
 from .bounds import (
     BUILDER,
     CHECK_S,
@@ -484,7 +484,7 @@ class BandTable2D:
               progress: bool = False) -> BandTable2D:  # fmt: skip
         """Tabulate ``divergence`` (any spelling) over ``delta_range = (lo, hi)`` (0 < lo < hi) with certified
         error ≤ target."""
-        div = resolve(divergence)
+        div, delta_range = resolve_regions(divergence, delta_range)  # a transform's range is mapped, once
         lo, hi = _check_range(delta_range)
         check_target(target)
         build_side = _build_split_side if math.isfinite(pieces(div).f_at_zero) else _build_surface
