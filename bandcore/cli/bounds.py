@@ -33,7 +33,7 @@ def _handle(args: argparse.Namespace) -> int:
 
     from .._contract import check_delta
     from ..band import band
-    from ..divergences import resolve_region
+    from ..divergences import get_transform, resolve_region
 
     bad = [v for v in args.p if not (0.0 < v <= 1.0)]  # NaN fails both comparisons
     if bad:
@@ -48,8 +48,9 @@ def _handle(args: argparse.Namespace) -> int:
     p = np.asarray(args.p, dtype=np.float64)
     lower, upper = band(np.log(p), div, delta_f)
     shown = f"{div.name} at delta = {delta_f:g}"
-    if delta_f != args.delta or div.name != args.divergence.strip().lower():
-        shown = f"{args.divergence} at delta = {args.delta:g} ({shown})"
+    transform = get_transform(args.divergence)
+    if transform is not None:
+        shown = f"{transform.name} at delta = {args.delta:g} ({shown})"
     print(f"Band of {shown}   (PPO clip eps = {args.eps:g})")
     print(
         f"{'p':>10} {'lower':>12} {'upper':>12} {'dpi_min':>12} {'dpi_max':>12}   "
