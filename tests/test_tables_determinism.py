@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from bandcore import BandTable
-from bandcore.tables.bounds import BUILDER, certificate
 from bandcore.tables.formats import read_table
+from bandcore.tables.tabulated import BUILDER, certificate
 
 CASE = ("lecam", 0.05)  # saturates on both sides; one of the builds that used to fail
 BUILD = """

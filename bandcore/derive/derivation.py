@@ -27,10 +27,11 @@ import sympy as sp
 from .._progress import progress as progress_bar
 from ..divergences import Divergence, GeneratorError, list_divergences, resolve
 from .budget import available, deadline
+from .cells import piecewise_bound
 from .limits import LIMIT_KEYS, asymptotic_root, limits, series
 from .mpmath_g import checked_facts, mp_generator
 from .reduction import DELTA, R, binary, display_g, on_side
-from .roots import solve_closed, tidy
+from .roots import real_form, solve_closed, tidy
 from .saturation import Saturation, boundary_values, saturation
 from .symbolic import Facts
 from .validate import validate_branch
@@ -61,8 +62,9 @@ class Derivation:
         :math:`f''(1)` (0 for a kink at 1).
     upper, lower : sympy.Expr or None
         Closed forms :math:`r_{up}(p, \delta)`, :math:`r_{lo}(p, \delta)`, valid wherever that side is not
-        saturated (None: no validated closed form; ``notes`` says why).  Evaluate them in complex arithmetic
-        when they contain cube roots (Cardano); the value is real.
+        saturated (None: no validated closed form; ``notes`` says why).  Shown in real form (real cube roots)
+        when one validates; a formula that still contains ``I`` (said in ``notes``) is evaluated in complex
+        arithmetic, and its value is real.
     saturation_upper, saturation_lower : Saturation
     limits : dict
         ``"upper_p0"``, ``"upper_p1"``, ``"lower_p0"``, ``"lower_p1"`` (limits of the ratio bounds as
@@ -180,11 +182,44 @@ def _derive(div: Divergence, step: Callable[[str], None] | None = None) -> Deriv
         return _CACHE.setdefault(div, found)
 
 
+def _piecewise_closed(div: Divergence, side: str, fx: Facts) -> tuple[sp.Expr | None, list[str]]:
+    """One side's closed form for f with switches away from u = 1 (:mod:`.cells`), validated like any other."""
+    formula, notes = piecewise_bound(div, side, fx.f_normalised)
+    if formula is None:
+        return None, notes
+    branch, branch_notes = validate_branch(div, side, [formula])
+    if branch is None:
+        return None, [*notes, *branch_notes, f"{side} bound: no closed form — the piecewise formula failed validation"]
+    return branch, [*notes, *branch_notes]
+
+
+def _shorter(div: Divergence, side: str, branch: sp.Expr, rewritten: sp.Expr) -> sp.Expr:
+    """``rewritten`` (a tidier or real form of the accepted ``branch``) if it validates too, else ``branch``."""
+    if rewritten is branch:
+        return branch
+    ok, _ = validate_branch(div, side, [rewritten])
+    return rewritten if ok is not None else branch
+
+
+def _fact_notes(fx: Facts) -> list[str]:
+    """What the reader must know about the facts: a kink at u = 1 (which slope normalises f) and which facts
+    are numeric."""
+    notes = []
+    left, right = fx.slopes_at_one
+    if left != right:
+        notes.append(
+            f"f has a kink at u = 1: f'(1-) = {sp.sstr(left)}, f'(1+) = {sp.sstr(right)}, so f'(1) does not exist; "
+            f"f̃ uses the subgradient {sp.sstr(fx.f_prime_1)} (their mean; any subgradient gives the same g_f)"
+        )
+    notes.extend(f"numeric fact: {note}" for note in fx.numeric)
+    return notes
+
+
 def _derive_within_budget(div: Divergence, step: Callable[[str], None]) -> Derivation:
     fx = checked_facts(div)
     mp_generator(div)  # refuses a generator whose f̃(0+) or slope at infinity is not a number
     step("facts")
-    notes: list[str] = []
+    notes = _fact_notes(fx)
     if not available():
         notes.append("no time budget can be enforced in this thread, so no SymPy solver was run")
     sides = {"upper": ("gt", "lt"), "lower": ("lt", "gt")}  # (side of r, side of s)
@@ -193,8 +228,9 @@ def _derive_within_budget(div: Divergence, step: Callable[[str], None]) -> Deriv
     for side, (r_side, s_side) in sides.items():
         f_r, f_s = on_side(fx.f_normalised, r_side), on_side(fx.f_normalised, s_side)
         if f_r is None or f_s is None:
-            pieces[side] = closed[side] = None
-            notes.append(f"{side} bound: no closed form attempted — |·| in f changes sign away from u = 1")
+            pieces[side] = None
+            closed[side], cell_notes = _piecewise_closed(div, side, fx)
+            notes.extend(cell_notes)
             step(f"{side} bound")
             continue
         pieces[side] = binary(f_r, f_s)
@@ -203,10 +239,10 @@ def _derive_within_budget(div: Divergence, step: Callable[[str], None]) -> Deriv
         branch, branch_notes = validate_branch(div, side, candidates)
         notes.extend(branch_notes)
         if branch is not None:
-            tidied = tidy(branch)
-            if tidied is not branch:
-                tidy_ok, _ = validate_branch(div, side, [tidied])
-                branch = tidied if tidy_ok is not None else branch
+            branch = _shorter(div, side, branch, tidy(branch))
+            branch = _shorter(div, side, branch, real_form(branch))
+            if branch.has(sp.I):
+                notes.append(f"{side} bound: the formula contains I (Cardano); evaluate it in complex arithmetic")
         elif candidates:
             notes.append(f"{side} bound: no closed form — SymPy's roots gave no branch valid on the whole region")
         closed[side] = branch

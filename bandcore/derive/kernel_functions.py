@@ -44,6 +44,7 @@ import sympy as sp
 
 from ..divergences import Divergence, resolve
 from .mpmath_g import checked_facts, refuse_unless_done
+from .overflow import safe_log_abs, safe_value
 from .symbolic import U, on_side
 
 __all__ = ["TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generator_functions", "side_callables"]
@@ -165,6 +166,17 @@ class GeneratorFunctions:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _on_signs(expr: sp.Expr, sign: int, rewrite: Callable[[sp.Expr], sp.Expr]) -> sp.Expr:
+    """``rewrite(expr)`` with x, L (and t, y) carrying their signs on one side of u = 1 (x, L > 0 and
+    t, y > 0 on the r side; x, L < 0 on the s side; u > 0), so that SymPy knows the signs of the terms."""
+    symbols = (X, L, UU, T, Y)
+    signed = {X: sign > 0, L: sign > 0, UU: True, T: True, Y: True}
+    dummies = {s: sp.Dummy(s.name, positive=True) if signed[s] else sp.Dummy(s.name, negative=True)
+               for s in symbols}  # fmt: skip
+    result = rewrite(expr.xreplace(dummies))
+    return result.xreplace({d: s for s, d in dummies.items()})
+
+
 def _side_expression(expr: sp.Expr, sign: int) -> sp.Expr:
     """``expr(u)`` on one side of u = 1, in the symbols (x, L, u), cancellation-free where factoring allows."""
     xs = sp.Symbol("xs", positive=True) if sign > 0 else sp.Symbol("xs", negative=True)
@@ -188,7 +200,15 @@ def _far_expression(expr: sp.Expr) -> sp.Expr:
     expr = sp.expand_log(expr, force=True).xreplace({sp.log(U): L})
     expr = sp.factor(expr.subs(U, 1 / ts))
     expr = expr.replace(lambda e: e.is_Pow and e.base == ts - 1, lambda e: (-Y) ** e.exp)
-    return expr.xreplace({ts - 1: -Y, 1 - ts: Y}).xreplace({ts: T})
+    return _exponents_in_x(expr.xreplace({ts - 1: -Y, 1 - ts: Y}).xreplace({ts: T}))
+
+
+def _exponents_in_x(expr: sp.Expr) -> sp.Expr:
+    """The arguments of exponential and hyperbolic functions in x = 1/t - 1 (> 1 where the far form is used)
+    rather than t: e^{1/t - 1} is e^x, whose size and sign :mod:`.overflow` can then read."""
+    in_x = {T: 1 / (1 + X), Y: X / (1 + X)}
+    return expr.replace(lambda e: isinstance(e, (sp.exp, sp.cosh, sp.sinh, sp.tanh)),
+                        lambda e: e.func(sp.expand(e.args[0].xreplace(in_x))))  # fmt: skip
 
 
 def _needs_taylor(closed: sp.Expr) -> bool:
@@ -229,11 +249,11 @@ def _side_function(name: str, expr_u: sp.Expr, sign: int) -> SideFunction:
     expr_u = on_side(expr_u, sign)  # Abs, Min/Max, where() resolved on this side of u = 1
     closed = _side_expression(expr_u, sign)
     taylor = _taylor(expr_u, sign) if _needs_taylor(closed) else None
-    closed = _powers_as_exp(closed, UU, L)
+    closed = _on_signs(_powers_as_exp(closed, UU, L), sign, safe_value)
     if sign < 0:
         return SideFunction(name=name, closed=closed, taylor=taylor, far=None)
     at_infinity = _to_float(sp.limit(expr_u, U, sp.oo))
-    far = _powers_as_exp(_far_expression(expr_u), T, -L)
+    far = _on_signs(_powers_as_exp(_far_expression(expr_u), T, -L), sign, safe_value)
     return SideFunction(name, closed, taylor, far=far, at_infinity=at_infinity)
 
 
@@ -244,15 +264,11 @@ def _log_abs(expr: sp.Expr) -> sp.Expr:
         return sp.Add(*(_log_abs(arg) for arg in expr.args))
     if expr.is_Pow and expr.exp.is_real and expr.exp.is_number:
         return expr.exp * _log_abs(expr.base)
-    if isinstance(expr, sp.exp):
-        return expr.args[0]
     if expr == X:
         return sp.log(-X)
     if expr == UU:
         return L
-    if expr.is_number:
-        return sp.log(sp.Abs(expr))
-    return sp.log(sp.Abs(expr))
+    return _on_signs(expr, -1, safe_log_abs)
 
 
 def _log_side_function(name: str, expr_u: sp.Expr) -> SideFunction:
@@ -275,9 +291,7 @@ def _log_abs_far(expr: sp.Expr) -> sp.Expr:
         return sp.log(1 - sp.exp(-L))  # y in (1/2, 1) where this is used: no cancellation
     if expr == L:
         return sp.log(L)
-    if expr.is_number:
-        return sp.log(sp.Abs(expr))
-    return sp.log(sp.Abs(expr.xreplace({T: sp.exp(-L), Y: 1 - sp.exp(-L)})))
+    return _on_signs(_exponents_in_x(expr).xreplace({T: sp.exp(-L), Y: 1 - sp.exp(-L)}), 1, safe_log_abs)
 
 
 def _log_far_function(name: str, expr_u: sp.Expr) -> SideFunction:
@@ -335,13 +349,25 @@ def _generator_functions(div: Divergence) -> GeneratorFunctions:
     )
 
 
+def _elementwise(pairwise: Callable) -> Callable:
+    """A variadic element-wise max/min (the printed ``max(a, b, c)`` of SymPy's Max) from a pairwise one."""
+
+    def reduce(first, *rest):
+        for value in rest:
+            first = pairwise(first, value)
+        return first
+
+    return reduce
+
+
 def _side_callable(fn: SideFunction, xp) -> Callable:
     """``fn`` as an element-wise function of (x, L, u) in the namespace ``xp`` (see bandcore.kernels.ops)."""
-    names = {"exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "Abs": xp.abs, "pi": math.pi, "E": math.e,
+    names = {"exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "Abs": xp.abs, "abs": xp.abs, "pi": math.pi, "E": math.e,
+             "log1p": xp.log1p, "expm1": xp.expm1, "max": _elementwise(xp.maximum), "min": _elementwise(xp.minimum),
              **{name: getattr(xp, name) for name in ("sinh", "cosh", "tanh", "asinh", "acosh", "atanh")}}
     closed = sp.lambdify((X, L, UU), fn.closed, modules=[names], cse=True)
     taylor = None if fn.taylor is None else sp.lambdify(X, fn.taylor, modules=[names])
-    far = None if fn.far is None else sp.lambdify((T, Y, L), fn.far, modules=[names], cse=True)
+    far = None if fn.far is None else sp.lambdify((T, Y, L, X), fn.far, modules=[names], cse=True)
 
     def evaluate(x, log_u, u):
         value = closed(x, log_u, u) + xp.minimum(xp.abs(x), 0.0)  # broadcast constants (0 even for x = inf)
@@ -349,7 +375,7 @@ def _side_callable(fn: SideFunction, xp) -> Callable:
             value = xp.where(xp.abs(x) < TAYLOR_RADIUS, taylor(x), value)
         if far is not None:
             t = 1.0 / u
-            value = xp.where(x > FAR_X, far(t, 1.0 - t, log_u), value)
+            value = xp.where(x > FAR_X, far(t, 1.0 - t, log_u, x), value)
             value = xp.where(xp.logical_and(u == math.inf, xp.isnan(value)), fn.at_infinity, value)  # 0*log(inf)
         return value
 

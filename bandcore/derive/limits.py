@@ -85,7 +85,13 @@ def limits(
         notes.append("p → 0: lim f̃(u)/u = oo, so q_up = p r_up → 0 (while r_up → oo)")
     elif below is not None:
         equation = bounded(lambda: sp.expand(Q * slope + below.subs(U, 1 - Q) - DELTA), SOLVE_SECONDS)
-    if equation is not None:
+    else:  # piecewise on 0 < u < 1: the equation is solved numerically only
+        equation = Q * slope + fx.f_normalised.subs(U, 1 - Q) - DELTA
+        notes.append(
+            "p → 0: q_up → q₀ with q₀σ∞ + f̃(1 − q₀) = δ; f is piecewise below u = 1, so q₀ is computed "
+            "numerically (Derivation.limit_value)"
+        )
+    if equation is not None and below is not None:
         candidates, solve_notes = solve_closed(equation, Q, "limit q_up(p → 0)")
         for candidate in candidates:
             if _matches_everywhere(candidate, equation, level):
@@ -136,6 +142,26 @@ def series_coefficients() -> tuple[sp.Expr, sp.Expr]:
 _NOT_DERIVED = (sp.nan, sp.nan, sp.nan)
 
 
+def _flat_note(fx: Facts) -> str:
+    """Why a generator without a kink at u = 1 and without a finite positive f''(1) has no small-δ series."""
+    sides = fx.one_sided or ((fx.f_prime_1, fx.f2), (fx.f_prime_1, fx.f2))
+    curvatures = sides[0][1], sides[1][1]
+    if curvatures[0] != curvatures[1]:
+        return (
+            f"f''(1-) = {sp.sstr(curvatures[0])} and f''(1+) = {sp.sstr(curvatures[1])} differ: the Band's small-δ "
+            "expansion differs on the two sides of r = 1; the small-δ series was not derived"
+        )
+    if all(d == 0 for d in (*fx.derivatives_at_one, *(x for side in sides for x in side[1:]))):
+        return (
+            "f̃ and its derivatives vanish at u = 1 (f is affine around u = 1, e.g. on [0, γ] for E_γ): g_f = 0 on "
+            "an interval around r = 1, so the Band does not shrink to r = 1 as δ → 0; no small-δ series"
+        )
+    return (
+        f"f''(1) = {sp.sstr(fx.f2)} and f has no kink at u = 1: g_f is not quadratic at r = 1, so the Band is "
+        "not a series in √δ; the small-δ series was not derived"
+    )
+
+
 def series(fx: Facts) -> tuple[tuple[sp.Expr, sp.Expr, sp.Expr], list[str]]:
     """:math:`(t, a_2, a_3)` of the small-δ series (``nan`` where not derived), with a note."""
     f2, f3, f4 = fx.derivatives_at_one
@@ -150,17 +176,12 @@ def series(fx: Facts) -> tuple[tuple[sp.Expr, sp.Expr, sp.Expr], list[str]]:
             "small δ: r = 1 + t + a₂t² + a₃t³ + O(t⁴), t = +√(2δ(1−p)/(p f''(1))) for the upper bound, "
             "−√(…) for the lower"
         ]
-    derivative = sp.diff(fx.f, U)
-    jump = bounded(
-        lambda: sp.simplify(sp.limit(derivative, U, 1, "+") - sp.limit(derivative, U, 1, "-")), _LIMIT_SECONDS
-    )
+    left, right = fx.slopes_at_one
+    jump = bounded(lambda: sp.simplify(right - left), _LIMIT_SECONDS)
     if jump is None:
         return _NOT_DERIVED, ["small δ: the slope jump of f at u = 1 ran past its time budget; series not derived"]
     if jump == 0:
-        return _NOT_DERIVED, [
-            "f''(1) = 0 and f has no kink at u = 1: g_f is flatter than quadratic at r = 1, so the Band is not "
-            "a series in √δ; the small-δ series was not derived"
-        ]
+        return _NOT_DERIVED, [_flat_note(fx)]
     t = DELTA / (P * jump)
     above, below = on_side(fx.f_normalised, "gt"), on_side(fx.f_normalised, "lt")
     linear = above is not None and below is not None and sp.diff(above, U, 2) == 0 and sp.diff(below, U, 2) == 0
@@ -170,6 +191,6 @@ def series(fx: Facts) -> tuple[tuple[sp.Expr, sp.Expr, sp.Expr], list[str]]:
             f"so g_f = pJ|r − 1| near 1 and the Band is exactly r = 1 ± δ/(pJ) (no higher terms)"
         ]
     return (t, sp.nan, sp.nan), [
-        f"f''(1) = 0: kink at u = 1 with slope jump J = {sp.sstr(jump)}; to first order r = 1 ± δ/(pJ); "
+        f"kink at u = 1 with slope jump J = {sp.sstr(jump)}; to first order r = 1 ± δ/(pJ); "
         "the higher coefficients differ on the two sides of the kink and were not derived"
     ]

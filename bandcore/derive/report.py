@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING
 
 import sympy as sp
 
 from ..divergences import Divergence
-from .derivation import Derivation
 from .mpmath_g import checked_facts
 from .saturation import Saturation
 from .symbolic import Facts
+
+if TYPE_CHECKING:  # pragma: no cover - the one direction: derivation calls report, report only names its type
+    from .derivation import Derivation
 
 __all__ = ["REPORT_DELTA", "VERIFIED_BEGIN", "VERIFIED_END", "index", "markdown", "slug", "text"]
 

@@ -17,9 +17,9 @@ import sympy as sp
 from sympy.solvers.solvers import unrad
 
 from .budget import bounded
-from .reduction import P, transcendental_atoms
+from .reduction import DELTA, P, transcendental_atoms
 
-__all__ = ["MAX_DEGREE", "SIMPLIFY_MAX_OPS", "SIMPLIFY_SECONDS", "SOLVE_SECONDS", "solve_closed", "tidy"]
+__all__ = ["MAX_DEGREE", "SIMPLIFY_MAX_OPS", "SIMPLIFY_SECONDS", "SOLVE_SECONDS", "real_form", "solve_closed", "tidy"]
 
 #: Polynomial factors above this degree are not handed to SymPy (no general formula).
 MAX_DEGREE = 4
@@ -122,3 +122,48 @@ def solve_closed(expr: sp.Expr, x: sp.Symbol, what: str) -> tuple[list[sp.Expr],
             return _no_closed_form(what, f"the change of variable {sp.sstr(cov[1])} = 0 has no single inverse")
         candidates = [back[0].subs(variable, c) for c in candidates]
     return sorted(set(candidates), key=sp.default_sort_key), notes
+
+
+def _negative_everywhere(base: sp.Expr) -> bool:
+    """True when ``base`` (in p, δ) is negative at every point of a small grid of 0 < p < 1, δ > 0."""
+    points = [(p, d) for p in (0.01, 0.2, 0.5, 0.8, 0.99) for d in (0.001, 0.1, 2.0)]
+    for p, d in points:
+        value = complex(sp.N(base.subs({P: sp.Float(p, 30), DELTA: sp.Float(d, 30)}), 30))
+        if not (value.imag == 0 and value.real < 0):
+            return False
+    return True
+
+
+def real_form(expr: sp.Expr) -> sp.Expr:
+    r"""``expr`` with the imaginary unit removed where the value is real, else ``expr`` itself.
+
+    Cardano's formula writes a real root as the principal cube root of a negative number times a complex cube
+    root of unity.  Every odd root :math:`b^{k/n}` of a base :math:`b < 0` (on the whole region) is rewritten
+    as :math:`|b|^{k/n}(-1)^{k/n}` (the principal branch: an identity), and the numeric factors of each product
+    are then multiplied out in complex arithmetic, so that :math:`(-1)^{1/3}\cdot\frac{-1 + \sqrt3 i}{2} = -1`.
+    The caller validates the result again.
+    """
+    if not expr.has(sp.I):
+        return expr
+
+    def odd_root_of_negative(node: sp.Expr) -> bool:
+        return (
+            node.is_Pow and node.exp.is_Rational and not node.exp.is_integer and node.exp.q % 2 == 1
+            and bool(node.base.free_symbols & {P, DELTA}) and _negative_everywhere(node.base)
+        )
+
+    def flipped(node: sp.Expr) -> sp.Expr:
+        return sp.Pow(sp.factor(-node.base), node.exp) * sp.Pow(-1, node.exp)
+
+    def numbers_out(node: sp.Expr) -> sp.Expr:
+        constant, rest = node.as_independent(P, DELTA, as_Add=False)
+        return sp.expand_complex(constant) * rest
+
+    rewritten = bounded(
+        lambda: sp.expand(expr.replace(odd_root_of_negative, flipped), deep=False), SIMPLIFY_SECONDS
+    )
+    if rewritten is None:
+        return expr
+    terms = sp.Add.make_args(rewritten)
+    real = bounded(lambda: sp.expand(sp.Add(*(numbers_out(t) for t in terms)), deep=False), SIMPLIFY_SECONDS)
+    return expr if real is None or real.has(sp.I) else real

@@ -115,7 +115,8 @@ def saturation(
         ]
     if boundary is None:
         return Saturation(False, None, side, None, level, div), [
-            f"{side} saturation: f has a kink away from u = 1; threshold not derived"
+            f"{side} saturation threshold: numeric (a 1-D root find of G(p) = δ at 30 digits at each call) — f is "
+            "piecewise with a switch away from u = 1, so G(p) has no single formula"
         ]
     candidates, notes = solve_closed(boundary - DELTA, P, f"{side} saturation threshold")
     accepted = None

@@ -36,7 +36,8 @@ def _lambdify(expr: sp.Expr, var: sp.Symbol) -> Callable:
 
     def vectorised(v):
         v = np.asarray(v, dtype=np.float64)
-        return np.asarray(fn(v), dtype=np.float64) * np.ones_like(v)
+        with np.errstate(invalid="ignore", divide="ignore"):  # a piecewise form evaluates its unused branches too
+            return np.asarray(fn(v), dtype=np.float64) * np.ones_like(v)
 
     return vectorised
 
@@ -46,18 +47,30 @@ def table_pieces(divergence: str | Divergence) -> TablePieces:
     return _table_pieces(resolve(divergence))
 
 
+def _simplify(expr: sp.Expr, var: sp.Symbol) -> sp.Expr:
+    """``simplify(expr)`` unless, for a piecewise ``expr`` (abs, min, max, where), the simplified form differs
+    from it at a point of either sign of ``var``: simplify can write ``sign(t)·sqrt(|t|)`` as ``t/|sqrt(t)|``,
+    which is complex for t < 0."""
+    simpler = sp.simplify(expr)
+    if not expr.has(sp.Abs, sp.Min, sp.Max, sp.Piecewise, sp.sign):
+        return simpler
+    points = np.array([-0.75, -0.3, 0.3, 0.75, 2.5])
+    a, b = (_lambdify(e, var)(points) for e in (expr, simpler))  # in float64, as the tables evaluate them
+    return simpler if np.allclose(a, b, rtol=1e-12, atol=0.0) else expr
+
+
 @lru_cache(maxsize=64)
 def _table_pieces(div: Divergence) -> TablePieces:
     fx = facts(div)
     ft = fx.f_normalised
     dft = sp.diff(ft, U)
-    a = sp.expand_log(sp.simplify(ft.subs(U, sp.exp(_Y))), force=True)
-    b = sp.simplify((U * dft).subs(U, sp.exp(_Y)))
+    a = sp.expand_log(_simplify(ft.subs(U, sp.exp(_Y)), _Y), force=True)
+    b = _simplify((U * dft).subs(U, sp.exp(_Y)), _Y)
     f0 = fx.f_at_zero
     return (
         _lambdify(a, _Y),
         _lambdify(b, _Y),
-        _lambdify(sp.simplify(ft.subs(U, 1 + _T)), _T),
-        _lambdify(sp.simplify(dft.subs(U, 1 + _T)), _T),
+        _lambdify(_simplify(ft.subs(U, 1 + _T), _T), _T),
+        _lambdify(_simplify(dft.subs(U, 1 + _T), _T), _T),
         float("inf") if f0 == sp.oo else float(f0),
     )

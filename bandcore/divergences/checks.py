@@ -109,5 +109,5 @@ def _check_convex(values: np.ndarray, grid: np.ndarray, name: str) -> None:
         # relative to the neighbouring slopes only: a global scale would hide a concave stretch elsewhere
         tol = 1e-9 * (np.abs(slopes[:-1]) + np.abs(slopes[1:])) + rounding[:-1] + rounding[1:]
     if np.any(drops < -tol):
-        i = int(np.argmax(-(drops + tol)))
+        i = int(np.flatnonzero(drops < -tol)[0])  # the first place, not the largest drop (often far out)
         raise GeneratorError(f"{name}: f is not convex on (0, inf): its slope decreases near u = {grid[i + 1]:.4g}")

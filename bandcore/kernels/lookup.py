@@ -48,7 +48,8 @@ kinds packed with 4 is read exactly as before).  ``im[4] = 1``: left of :math:`a
 :math:`2^{-1022}`), :math:`\log r = C/(\beta - \log L)` (``fm[5:7]``), for a lower bound with
 :math:`\log r \to 0` like :math:`1/\log(1/L)` as :math:`p \to 1` (a generator growing like :math:`u\log u`);
 ``im[5] = 1``: right of :math:`b`, :math:`y + \log(y + \nu) = L + K` (``fm[7:9]``), solved by Newton, for an
-upper bound with :math:`\log r \approx L - \log L`.
+upper bound with :math:`\log r \approx L - \log L`; ``im[5] = 2``: right of :math:`b`, :math:`r = K + \nu L`, for an
+upper bound of a generator growing like :math:`e^{bu}` (:math:`r \approx (L + \log\delta)/b`).
 
 A bound's arrays are ``(fm, im, off, shift, cells)``: ``fm = (a, b, F(a), F(b), F'(b))``,
 ``im = (kind, saturated left of a, saturated right of b, e_a)``, ``off``/``shift`` (= 52 − level) per octave
@@ -98,7 +99,8 @@ def split_bound_log(L, fm, im, off, shift, cells):
 
 def tail_log(L, y, fm, im):
     """The tails of a bound whose ``im`` has tail modes (module docstring): left of a, log r = C/(beta - log L)
-    (im[4] = 1); right of b, y + log(y + nu) = L + K (im[5] = 1, an upper bound; fm[7] = K, fm[8] = nu)."""
+    (im[4] = 1); right of b, y + log(y + nu) = L + K (im[5] = 1, an upper bound; fm[7] = K, fm[8] = nu) or
+    r = K + nu L (im[5] = 2)."""
     if im[4] == 1:
         y = xp.where(L < fm[0], fm[5] / (fm[6] - xp.log(L)), y)
     if im[5] == 1:
@@ -107,6 +109,8 @@ def tail_log(L, y, fm, im):
         for _ in range(4):  # Newton on z + log(z + nu) = F from z = F - log F (F >= 600): quadratic, 4 steps
             z = z - (z + xp.log(z + fm[8]) - F) * (z + fm[8]) / (z + fm[8] + 1.0)
         y = xp.where(L > fm[1], xp.where(F < xp.inf, z, xp.inf), y)
+    if im[5] == 2:
+        y = xp.where(L > fm[1], xp.log(fm[7] + fm[8] * L), y)  # r = K + nu L (fm[7] = K, fm[8] = nu)
     return y
 
 

@@ -10,7 +10,8 @@ With :math:`y = \log r` and :math:`t_s = s - 1 = -e^{x}\,\mathrm{expm1}(y)` (sin
 .. math::  g_f = p\,A(y) + (1-p)\,T(t_s), \qquad A(y) = \tilde f(e^y), \quad T(t) = \tilde f(1+t),
 
 where :math:`A`, :math:`T`, :math:`B(y) = e^y \tilde f'(e^y)` and :math:`T'(t) = \tilde f'(1+t)` are the
-cancellation-free closed forms of :mod:`bandcore.derive.table_pieces`.  Implicit differentiation of
+cancellation-free closed forms of :mod:`bandcore.derive.table_pieces` (where one of them fails a 50-digit probe,
+the solvers' form instead: :func:`_accurate`).  Implicit differentiation of
 :math:`g_f(p, r) = \delta` along the root gives the exact slope used by the Hermite interpolants,
 
 .. math::  \frac{dy}{dx} = -\frac{(1-p)\,[A(y) - T(t_s)] - T'(t_s)\,\mathrm{expm1}(y)}{B(y) - e^{y}\,T'(t_s)},
@@ -45,7 +46,7 @@ from functools import lru_cache
 import mpmath as mp
 import numpy as np
 
-from ..derive.mpmath_g import g_mp
+from ..derive.mpmath_g import g_mp, mp_generator
 from ..divergences import Divergence, resolve
 
 __all__ = ["GeneratorPieces", "bisection_band_log", "log_p_of_x", "pieces", "saturation_threshold", "x_of_log_p"]
@@ -141,7 +142,89 @@ def _pieces(div: Divergence) -> GeneratorPieces:
     from ..kernels.ops import numpy_ops
 
     side = side_callables(div, numpy_ops)
-    return GeneratorPieces(*table_pieces(div), phi_r=side["phi_r"], dphi_r=side["dphi_r"])
+    closed = table_pieces(div)
+    fallback = _solver_forms(side)
+    chosen = []
+    for name, form in zip("ABTP", closed[:4], strict=True):
+        if not _accurate(name, form, div):
+            form = fallback[name]
+            if not _accurate(name, form, div):
+                raise ValueError(
+                    f"{div.name}: no float64 form of the table piece {name} (module docstring) agrees with the "
+                    f"50-digit generator at t = s - 1 in {PROBE_T.tolist()} (overflow of an intermediate, e.g. "
+                    "cosh(u - 1) "
+                    "inside a logarithm at u > 711): the exact solver would be wrong there, so no table is built"
+                )
+        chosen.append(form)
+    return GeneratorPieces(*chosen, closed[4], phi_r=side["phi_r"], dphi_r=side["dphi_r"])
+
+
+#: where each piece is checked against the 50-digit generator: t = s - 1 (T, T'), and y = log(1 + t), t < 0 (A, B)
+PROBE_T = np.array([-0.9, -0.3, -0.05, -1e-3, -1e-5, 1e-5, 1e-3, 0.05, 0.3, 2.0, 1e3])
+#: relative error above which a closed form of :mod:`bandcore.derive.table_pieces` is replaced: a gross
+#: failure (the catalogue's closed forms cancel to at most 2e-5 at t = 1e-5, and their tables certify; keeping
+#: them keeps the shipped tables' bytes)
+PROBE_TOLERANCE = 1e-3
+
+
+def _solver_forms(side: dict[str, Callable]) -> dict[str, Callable]:
+    r"""A, B, T, T' from the solvers' cancellation-free functions (Taylor branches near :math:`u = 1`):
+    :math:`\tilde f = ` ``f_s`` and :math:`u\tilde f' = ` ``k_s`` for :math:`u \le 1`, :math:`u\Phi` and
+    ``dphi_r`` above."""
+    f_s, k_s, phi_r, dphi_r = side["f_s"], side["k_s"], side["phi_r"], side["dphi_r"]
+
+    def T(t):
+        t = np.asarray(t, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            x, lu, u = t, np.log1p(t), 1.0 + t
+            return np.where(t <= 0, f_s(x, lu, u), u * phi_r(x, lu, u))
+
+    def P(t):
+        t = np.asarray(t, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            x, lu, u = t, np.log1p(t), 1.0 + t
+            return np.where(t <= 0, k_s(x, lu, u) / u, dphi_r(x, lu, u))
+
+    def A(y):
+        y = np.asarray(y, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            return f_s(np.expm1(y), y, np.exp(y)) * np.ones_like(y)
+
+    def B(y):
+        y = np.asarray(y, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            return k_s(np.expm1(y), y, np.exp(y)) * np.ones_like(y)
+
+    return {"A": A, "B": B, "T": T, "P": P}
+
+
+def _accurate(name: str, fn: Callable, div: Divergence) -> bool:
+    r"""Whether the closed form ``fn`` (A, B, T or T' = ``P``) agrees with the 50-digit :math:`\tilde f` to
+    :data:`PROBE_TOLERANCE` at :data:`PROBE_T`.  SymPy's simplified closed forms may cancel near :math:`u = 1`
+    (to about 1e-5 relative at :math:`t = 10^{-5}`: harmless, the tables certify), overflow
+    (:math:`\log\cosh t` for :math:`t > 710`) or take the square root of a negative number
+    (:math:`t/|\sqrt{t}|` for :math:`|u - 1|^{3/2}`: NaN for :math:`u < 1`); where one fails grossly, the
+    solvers' form replaces it."""
+    gen = mp_generator(div)
+    t = PROBE_T if name in "TP" else PROBE_T[PROBE_T < 0]
+    with np.errstate(all="ignore"):
+        got = np.asarray(fn(t if name in "TP" else np.log1p(t)), dtype=np.float64)
+    with mp.workdps(50):
+        want = []
+        for tv in t:
+            u = 1 + mp.mpf(float(tv))
+            if name in "AT":
+                want.append(float(gen(u)))
+            else:
+                d = mp.re(mp.diff(gen.f_tilde, u))
+                want.append(float(d * u if name == "B" else d))
+    want = np.array(want)
+    with np.errstate(all="ignore"):
+        err = np.abs(got - want) / np.maximum(np.abs(want), 1e-300)
+    # where f~ itself exceeds float64 (e^999), g_f is +inf or NaN and the solver's test g_f <= delta is false
+    # either way, as it should be: only representable values are compared
+    ok = ~np.isfinite(want) | (np.isfinite(got) & ((err <= PROBE_TOLERANCE) | (got == want)))
+    return bool(np.all(ok))
 
 
 def saturation_threshold(divergence: str | Divergence, delta: float, side: str, L_range: tuple[float, float]):

@@ -66,12 +66,11 @@ import numpy as np
 
 from ..divergences import Divergence
 from .pieces import bisection_band_log
+from .tabulated import LOG_NEG_LOG_R, LOG_R, LOG_R_LOWER, RATIO, TabulatedBound
 
 __all__ = ["LOG_NEG_LOG_R", "LOG_R", "LOG_R_LOWER", "RATIO", "kernel_kinds", "lower_tail_kind",
            "threshold_exponent"]  # fmt: skip
 
-# kinds of stored function (see bandcore.kernels.lookup)
-LOG_R, RATIO, LOG_NEG_LOG_R, LOG_R_LOWER = 0, 1, 2, 3
 #: the L of the lower-tail measurement (equally spaced, ending at the tabulated range's end)
 TAIL_L = np.array([560.0, 620.0, 680.0])
 #: relative distances from a threshold where the local exponent is measured
@@ -86,8 +85,6 @@ def kernel_kinds() -> frozenset[int]:
     clamped to :math:`[0, L]`, so kind 0 is probed with :math:`F = 5 \\le L`), :math:`\\log 0.5` (kind 1 with
     :math:`F = 0.5`) and :math:`-e^{-5}` (kind 2); kind 3 (:math:`\\log r = \\min(F, 0)`) is present only if the
     kernel returns :math:`-5` for it."""
-    from .bounds import TabulatedBound
-
     knots = np.array([8.0, 16.0])
     cases = {LOG_R: (5.0, 5.0), RATIO: (0.5, math.log(0.5)), LOG_NEG_LOG_R: (-5.0, -math.exp(-5.0)),
              LOG_R_LOWER: (-5.0, -5.0)}  # fmt: skip

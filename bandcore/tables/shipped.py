@@ -25,11 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from .bounds import L_RANGE, exact_solver, near_samples, stored
+from .chebyshev import THRESHOLD, lobatto
 from .formats import FORMAT_VERSION, SHIPPED_DIR, read_table, shipped_name
-from .grid2d import THRESHOLD, exact_threshold, lobatto
+from .limits import L_RANGE
+from .near import near_samples
 from .pieces import pieces
+from .split2d import exact_threshold
 from .table import BandTable
+from .tabulated import exact_solver, stored
 from .threshold import SplitBound, threshold_dd
 
 __all__ = ["MANIFEST", "SHIPPED", "SHIPPED_DELTAS", "SHIPPED_DELTA_RANGE", "SHIPPED_DIR", "SHIPPED_NAMES",
@@ -122,7 +125,7 @@ def _recompute_1d(table: BandTable, k: int, seed: int) -> float:
 
 def _recompute_2d(table, k: int, seed: int) -> float:
     """As :func:`_recompute_1d` at a random Chebyshev node in δ (of a random δ-piece of a saturating bound: far
-    knots by the float64 solver, near knots by :func:`~bandcore.tables.bounds.near_samples` at that δ's exact
+    knots by the float64 solver, near knots by :func:`~bandcore.tables.near.near_samples` at that δ's exact
     threshold), beyond the coefficients' rounding allowance (n · threshold: every coefficient is within the
     threshold of its exact value, and |T_k| <= 1)."""
     solve = exact_solver()

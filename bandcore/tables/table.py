@@ -11,7 +11,7 @@ of its log-probability), with slopes from implicit differentiation of :math:`g_f
 :math:`e^{-1} \le r \le e` and the relative error of :math:`\log r` beyond.  ``max_rel_error`` is the largest
 :math:`e` over the final check points, times 1.25 for the gaps between them (the Hermite error is a smooth
 :math:`\propto s^2(1-s)^2` bump per cell, so 11 samples see its peak to within a few per cent), rounded up to
-3 significant digits (:func:`~bandcore.tables.bounds.certificate`).  The check
+3 significant digits (:func:`~bandcore.tables.tabulated.certificate`).  The check
 points include the tails outside the grid: :math:`L` from :math:`2^{-121}` down to 0 (:math:`p = 1`), where the
 end value is used, and :math:`L = 690, 700, 1000`, where the end tangent is (the stored functions are linear in
 :math:`L` up to :math:`O(p)`).
@@ -39,27 +39,21 @@ from .._contract import LOG_P_TOLERANCE as _LOG_P_TOLERANCE
 from .._contract import check_backend
 from ..band import AUTO_NUMBA_MIN_SIZE, band_log
 from ..divergences import Divergence, resolve, resolve_regions
-from .bounds import (
-    BUILDER,
-    DEFAULT_TARGET,
-    ERROR_MEASURE,
-    TabulatedBound,
+from .bound_io import (
     bound_arrays,
     bound_metadata,
-    build_bound,
     builder_of,
-    certificate,
     check_delta,
     check_target,
     divergence_of,
-    exact_bound_log,
-    exact_solver,
-    rel_log_error,
     split_from_arrays,
-    tail_error,
 )  # fmt: skip
+from .bounds import build_bound
 from .evaluate import eval_log, eval_log_torch
 from .formats import SHIPPED_DIR, TableFileError, read_table, shipped_name, write_table
+from .near import exact_bound_log
+from .tabulated import BUILDER, DEFAULT_TARGET, ERROR_MEASURE, TabulatedBound, certificate, exact_solver, rel_log_error
+from .tails import tail_error
 from .threshold import SplitBound
 
 __all__ = ["BUILDERS", "LOADERS", "SPOT_CHECKS", "BandTable", "spot_check"]
