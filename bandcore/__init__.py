@@ -35,6 +35,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "get_divergence": ("bandcore.divergences", "get_divergence"),
     "list_divergences": ("bandcore.divergences", "list_divergences"),
     "resolve": ("bandcore.divergences", "resolve"),
+    "resolve_region": ("bandcore.divergences", "resolve_region"),
     "verify": ("bandcore.verify", "verify"),
 }
 

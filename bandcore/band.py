@@ -49,11 +49,10 @@ from ._contract import (
     Status,
     above_tolerance_error,
     check_backend,
-    check_delta,
     check_log_prob_array,
     is_torch_tensor,
 )
-from .divergences import Divergence, resolve
+from .divergences import Divergence, resolve_region
 from .kernels import backends
 
 __all__ = ["AUTO_NUMBA_MIN_SIZE", "band", "band_log", "torch_function"]
@@ -117,7 +116,7 @@ def torch_function(divergence: Any, delta: float, device: Any = "cpu"):
     costs no synchronisation) it runs only on the tokens the seeded pass left, and stops once they converge.
     Input conventions as :func:`band_log` with ``check=False`` (values in (0, tol] must already be clamped to 0).
     """
-    solve = _torch_solver(resolve(divergence), check_delta(delta), device)
+    solve = _torch_solver(*resolve_region(divergence, delta), device)
 
     def kernel(old_log_prob):
         lower, upper, status = solve(old_log_prob.reshape(-1))
@@ -187,8 +186,7 @@ def _tensor_bounds(x, div: Divergence, delta: float, backend: str, check: bool, 
 
 
 def _compute(old_log_prob, divergence, delta, backend, check, ratios, return_status):
-    div = resolve(divergence)
-    delta = check_delta(delta)
+    div, delta = resolve_region(divergence, delta)  # a transform's radius is mapped here, once
     backend = check_backend(backend)
     x = check_log_prob_array(old_log_prob)
     if is_torch_tensor(x):
@@ -217,9 +215,12 @@ def band_log(
         Python floats and lists are accepted (→ ndarray).  Integer dtypes raise :class:`TypeError`.
     divergence : str or Divergence
         Any spelling of the grammar: a name or alias (``"kl"``, ``"bandtv"``), ``"alpha(0.5)"``, a formula in
-        ``u`` or a :class:`~bandcore.Divergence`.
+        ``u`` or a :class:`~bandcore.Divergence`; or a monotone transform of an f-divergence (``"renyi(2)"``,
+        ``"chernoff(0.3)"``, ``"bhattacharyya"``), whose radius is mapped exactly to its f-divergence's
+        (:func:`bandcore.divergences.resolve_region`).
     delta : float
-        Trust-region radius :math:`\delta`, finite, :math:`0 < \delta \le 1000`.
+        Trust-region radius :math:`\delta`, finite, :math:`0 < \delta \le 1000` (for a transform: its mapped
+        radius at most 1000).
     backend : {"auto", "numpy", "numba", "torch"}
         Which binding of the one solver; all meet the same contract.  "auto" picks torch for tensors on an
         accelerator, and for NumPy arrays and CPU tensors Numba from :data:`AUTO_NUMBA_MIN_SIZE` tokens on,

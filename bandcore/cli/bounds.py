@@ -33,21 +33,25 @@ def _handle(args: argparse.Namespace) -> int:
 
     from .._contract import check_delta
     from ..band import band
-    from ..divergences import resolve
+    from ..divergences import get_transform, resolve_region
 
     bad = [v for v in args.p if not (0.0 < v <= 1.0)]  # NaN fails both comparisons
     if bad:
         raise ValueError(f"--p values must lie in (0, 1], got {', '.join(repr(v) for v in bad)}")
     if not (math.isfinite(args.eps) and 0.0 < args.eps < 1.0):
         raise ValueError(f"--eps must lie in (0, 1), got --eps={args.eps!r}")
-    delta = check_delta(args.delta, "--delta")
+    check_delta(args.delta, "--delta")
     try:
-        div = resolve(args.divergence)
+        div, delta_f = resolve_region(args.divergence, args.delta, "--delta")
     except (ValueError, TypeError) as err:
         raise type(err)(f"--divergence {args.divergence!r}: {err}") from None
     p = np.asarray(args.p, dtype=np.float64)
-    lower, upper = band(np.log(p), div, delta)
-    print(f"Band of {div.name} at delta = {delta:g}   (PPO clip eps = {args.eps:g})")
+    lower, upper = band(np.log(p), div, delta_f)
+    shown = f"{div.name} at delta = {delta_f:g}"
+    transform = get_transform(args.divergence)
+    if transform is not None:
+        shown = f"{transform.name} at delta = {args.delta:g} ({shown})"
+    print(f"Band of {shown}   (PPO clip eps = {args.eps:g})")
     print(
         f"{'p':>10} {'lower':>12} {'upper':>12} {'dpi_min':>12} {'dpi_max':>12}   "
         f"{'ppo_lower':>9} {'ppo_upper':>9} {'ppo_dpi_min':>11} {'ppo_dpi_max':>11}"

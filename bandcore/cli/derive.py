@@ -112,12 +112,16 @@ def _print_table(rows: list[tuple[str, ...]]) -> None:
 
 def _list_command(args: argparse.Namespace) -> int:
     from ..divergences import list_divergences, resolve
+    from ..divergences.transforms import TRANSFORMS
 
     rows = [("name", "aliases", "f(u)", "convention")]
     for name in list_divergences():
         div = resolve(name)
         shown = f"{name} (alpha=A, default {div.params[0][1]:g})" if div.params else name
         rows.append((shown, ", ".join(div.aliases) or "-", div.formula, div.convention))
+    for name, doc in TRANSFORMS.items():  # monotone transforms: an f-divergence with a mapped radius
+        shown = name if name == "bhattacharyya" else f"{name}(A)"
+        rows.append((shown, "-", "(transform of alpha(A); radius mapped)", doc["convention"]))
     _print_table(rows)
     return 0
 
@@ -129,7 +133,15 @@ def _derive_command(args: argparse.Namespace) -> int:
     if args.divergence is None:
         _print_table(_summary_rows(delta, _enabled(args)))
         return 0
-    div = divergence_argument(args.divergence)
+    from ..divergences import get_transform, resolve_region
+
+    transform = get_transform(args.divergence)
+    if transform is not None:  # derive its f-divergence, at the mapped radius
+        div, delta_f = resolve_region(args.divergence, delta, "--delta")
+        print(f"{transform.name}: {transform.convention}\n--delta {delta:g} is {transform.base} <= {delta_f!r}\n")
+        delta = delta_f
+    else:
+        div = divergence_argument(args.divergence)
     if args.markdown and not Path(args.markdown).resolve().parent.is_dir():  # fail before the derivation
         raise FileNotFoundError(f"--markdown: directory {Path(args.markdown).resolve().parent} does not exist")
     d = derive(div, progress=_enabled(args))

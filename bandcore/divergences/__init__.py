@@ -10,6 +10,12 @@ formula in ``u`` (``"(sqrt(u)-1)**2"``, see :mod:`.grammar`) or a :class:`Diverg
 round-trip: ``resolve(d.name) == d`` for catalogue and α divergences, ``resolve(d.formula)`` gives the same
 generator for every divergence.
 
+Trust regions that are monotone transforms of an f-divergence (``renyi(a)``, ``chernoff(a)``,
+``bhattacharyya``; :mod:`.transforms`) are not f-divergences: they are spelled together with their radius and
+:func:`resolve_region` turns ``(spelling, δ)`` into ``(f-divergence, δ_f)`` once, at the API edge (``band``,
+``band_log``, tables, ``verify``, the CLI and the trainer configs all call it).  :func:`resolve` refuses them
+with a message saying so, so that a radius can never be read in the wrong divergence.
+
 This package imports NumPy only (SymPy lives in :mod:`bandcore.derive`).  A formula is data: it is parsed
 against a whitelist, checked numerically (:mod:`.checks`) and never evaluated as code.
 """
@@ -25,10 +31,22 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any
 
+from .._contract import check_delta
 from .catalogue import ALPHA_DEFAULT, ALPHA_DOC, CATALOGUE, alpha_formula
 from .grammar import GeneratorError, Node, parse, to_text
+from .transforms import TRANSFORMS, Transform, is_transform, parse_transform
 
-__all__ = ["Divergence", "GeneratorError", "get_divergence", "list_divergences", "resolve"]
+__all__ = [
+    "Divergence",
+    "GeneratorError",
+    "Transform",
+    "get_divergence",
+    "get_transform",
+    "list_divergences",
+    "resolve",
+    "resolve_region",
+    "resolve_regions",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,9 +132,46 @@ def _formula_text(expression: Any) -> str:
     )
 
 
-def list_divergences() -> list[str]:
-    """Names of the catalogue divergences (aliases not included), e.g. ``["kl", "reverse_kl", ...]``."""
-    return [*CATALOGUE, "alpha"]
+def list_divergences(*, transforms: bool = False) -> list[str]:
+    """Names of the catalogue divergences (aliases not included), e.g. ``["kl", "reverse_kl", ...]``.
+
+    With ``transforms=True`` the names of the monotone transforms of f-divergences follow (``"renyi"``,
+    ``"chernoff"``, ``"bhattacharyya"``; see :func:`resolve_region`): they are not f-divergences, so loops that
+    derive, verify or tabulate generators leave them out.
+    """
+    return [*CATALOGUE, "alpha", *(TRANSFORMS if transforms else ())]
+
+
+def get_transform(spelling: Any) -> Transform | None:
+    """The :class:`~bandcore.divergences.transforms.Transform` a spelling names, ``None`` for anything else
+    (an f-divergence spelling or a :class:`Divergence`); :class:`ValueError` naming the order for a bad one."""
+    return parse_transform(spelling) if is_transform(spelling) else None
+
+
+def resolve_region(spelling: Any, delta: Any, name: str = "delta") -> tuple[Divergence, float]:
+    r"""``(divergence, δ_f)``: the f-divergence and radius of the trust region ``spelling`` ≤ ``delta``.
+
+    For an f-divergence spelling that is ``(resolve(spelling), δ)`` with δ checked (``0 < δ <= 1000``); for a
+    transform (``renyi(a)``, ``chernoff(a)``, ``bhattacharyya``) the exact increasing map of
+    :mod:`.transforms`, computed with ``expm1``; a δ whose radius lies beyond the kernels' range raises
+    :class:`ValueError` naming ``name`` and the largest accepted value.
+    """
+    transform = get_transform(spelling)
+    if transform is None:
+        return resolve(spelling), check_delta(delta, name)
+    return resolve(transform.base), transform.to_f(delta, name)
+
+
+def resolve_regions(spelling: Any, deltas: Any, name: str = "delta") -> tuple[Divergence, Any]:
+    """:func:`resolve_region` for several radii: ``deltas`` a number or a tuple/list of them (a 2-D table's
+    range, :func:`bandcore.verify.verify`'s radii), returned in the same shape.  For an f-divergence spelling
+    the radii are returned as given (the caller checks them as before); a transform's are mapped and checked."""
+    transform = get_transform(spelling)
+    if transform is None:
+        return resolve(spelling), deltas
+    if isinstance(deltas, (tuple, list)):
+        return resolve(transform.base), type(deltas)(transform.to_f(d, name) for d in deltas)
+    return resolve(transform.base), transform.to_f(deltas, name)
 
 
 def _aliases() -> dict[str, str]:
@@ -145,6 +200,13 @@ def resolve(spelling: Any, **params: Any) -> Divergence:
     key = spelling.strip()
     if len(key) > 400:
         raise GeneratorError(f"divergence spelling is {len(key)} characters long; at most 400 are accepted")
+    if is_transform(key):
+        transform = parse_transform(key)  # a bad order raises here, naming it
+        raise ValueError(
+            f"divergence {spelling!r} is a monotone transform of the f-divergence {transform.base!r}, not an "
+            "f-divergence: give it with its radius (band, band_log, BandTable.build, verify, the CLI and the "
+            f"trainer configs map it), or map the radius yourself with resolve_region({transform.name!r}, delta)"
+        )
     lowered = key.lower()
     canonical = _aliases().get(lowered, lowered)
     if canonical in CATALOGUE or canonical == "alpha":

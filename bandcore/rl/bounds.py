@@ -51,15 +51,16 @@ def check_real(name: str, value: Any, *, above: float = 0.0, below: float | None
     return value
 
 
-def check_divergence(divergence: Any) -> Any:
-    """The :class:`bandcore.Divergence` of ``divergence`` by :func:`bandcore.divergences.get_divergence`.
+def check_divergence(divergence: Any, delta: float = 0.05) -> Any:
+    """The :class:`bandcore.Divergence` of ``divergence`` by :func:`bandcore.divergences.resolve_region`: a
+    transform (``renyi(2)``) gives its f-divergence, and its radius ``delta`` is checked after the map.
 
     Its error is re-raised with the spelling in front when the message does not already quote it.
     """
-    from bandcore.divergences import get_divergence
+    from bandcore.divergences import resolve_region
 
     try:
-        return get_divergence(divergence)
+        return resolve_region(divergence, delta)[0]
     except ValueError as err:
         if isinstance(divergence, str) and divergence not in str(err):
             raise ValueError(f"divergence {divergence!r}: {err}") from None
@@ -91,7 +92,7 @@ def check_bound_settings(
     from bandcore._contract import check_delta
 
     check_delta(delta)
-    check_divergence(divergence)  # raises, naming the spelling, if it is not a divergence
+    check_divergence(divergence, delta)  # raises, naming the spelling, if it is not a divergence
 
 
 def _raise_above_tolerance(values: torch.Tensor, name: str) -> None:
@@ -110,7 +111,7 @@ def _band_log(old_log_prob: torch.Tensor, divergence: Any, delta: float) -> tupl
         # check=False: no host synchronisation; (0, tol] is read as 0, above tol and NaN give NaN
         return band_log(old_log_prob, divergence, delta, check=False)
     except ValueError:
-        check_divergence(divergence)  # a bad spelling: raise naming it (the grammar may quote only a part)
+        check_divergence(divergence, delta)  # a bad spelling: raise naming it (the grammar may quote only a part)
         raise
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..divergences import Divergence, resolve
+from ..divergences import Divergence, resolve_regions
 from .bound_io import bound_metadata, builder_of, check_delta, check_target, divergence_of
 from .chebyshev import THRESHOLD, Surface, build_surface, tailed
 from .formats import TableFileError, write_table
@@ -81,7 +81,7 @@ class BandTable2D:
               progress: bool = False) -> BandTable2D:  # fmt: skip
         """Tabulate ``divergence`` (any spelling) over ``delta_range = (lo, hi)`` (0 < lo < hi) with certified
         error ≤ target."""
-        div = resolve(divergence)
+        div, delta_range = resolve_regions(divergence, delta_range)  # a transform's range is mapped, once
         lo, hi = check_range(delta_range)
         check_target(target)
         build_side = build_split_side if math.isfinite(pieces(div).f_at_zero) else build_surface

@@ -38,7 +38,7 @@ import numpy as np
 from .._progress import progress as progress_bar
 from ..band import band
 from ..derive.mpmath_g import checked_facts, g_boundary, g_ratio
-from ..divergences import Divergence, resolve
+from ..divergences import Divergence, get_transform, resolve, resolve_regions
 from .dcp import Builder, dcp_generator
 from .report import ACCEPTED_STATUSES, VerificationReport, VerificationRow
 
@@ -178,7 +178,9 @@ def verify(
     ----------
     divergence : str or Divergence
         Any spelling :func:`~bandcore.divergences.resolve` accepts (name, alias, ``alpha(0.5)``, a formula in
-        ``u``) or a :class:`Divergence`.
+        ``u``) or a :class:`Divergence`; or a transform (``renyi(2)``, ``bhattacharyya``), verified as its
+        f-divergence at the mapped radii (:func:`~bandcore.divergences.resolve_region`; the report is stated
+        in those).
     delta : float or sequence of float
         Trust-region radius δ > 0 (several δ re-use the same compiled programs).
     n : sequence of int
@@ -210,7 +212,9 @@ def verify(
     bandcore.divergences.GeneratorError
         (a ``ValueError``) if the generator is refused.
     """
-    div = resolve(divergence)
+    if get_transform(divergence) is not None:  # a transform's radii are mapped here, once
+        delta = list(np.atleast_1d(np.asarray(delta, dtype=float)).tolist())
+    div, delta = resolve_regions(divergence, delta)
     deltas, sizes, probs = _check_inputs(delta, n, p, tolerance)
     installed = cp.installed_solvers()
     for role, name in (("solver", solver), ("cross_check", cross_check)):
