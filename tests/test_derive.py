@@ -418,5 +418,5 @@ def test_generator_sympy_cannot_handle_is_refused_in_one_line(monkeypatch):
     monkeypatch.setattr(symbolic, "facts", lambda div: _spin(30))
     start = time.perf_counter()
     with pytest.raises(GeneratorError, match=r"within 0\.2 s"):
-        mpmath_g.checked_facts("(u-1)**2 + 0.25*(u-1)**4", seconds=0.2)
+        mpmath_g.checked_facts(Divergence.from_expression("(u-1)**2 + 0.25*(u-1)**4"), seconds=0.2)
     assert time.perf_counter() - start < 5

@@ -85,7 +85,7 @@ def test_thresholds_are_the_grid_ends(tables, case):
     table = tables[case]
     name, delta = case
     for side, bound, edge in (("upper", table.upper, 0), ("lower", table.lower, -1)):
-        threshold = saturation_threshold(name, delta, side, (2.0**-120, 680.0))
+        threshold = saturation_threshold(resolve(name), delta, side, (2.0**-120, 680.0))
         if threshold is None:
             continue
         assert (bound.threshold if isinstance(bound, SplitBound) else bound.knots[edge]) == threshold
@@ -141,9 +141,9 @@ def test_lecam_exact_solver_far_in_the_tail():
 @pytest.mark.parametrize(("name", "delta"), [("hellinger", 0.02), ("hellinger", 0.1), ("alpha(0.5)", 0.01)])
 def test_upper_slope_at_a_square_root_threshold_is_finite(name, delta):
     """f'(0) = -inf (Hellinger-type): the one-sided slope at the threshold is the limit dy/dL = 1 (was NaN)."""
-    threshold = saturation_threshold(name, delta, "upper", (2.0**-120, 680.0))
+    threshold = saturation_threshold(resolve(name), delta, "upper", (2.0**-120, 680.0))
     L = np.array([threshold])
-    slope = pieces(name).slope_in_L(L, L.copy(), kink=True)
+    slope = pieces(resolve(name)).slope_in_L(L, L.copy(), kink=True)
     assert slope[0] == pytest.approx(1.0, rel=1e-12)
 
 
@@ -183,5 +183,6 @@ def test_shipped_alpha_is_hellinger_at_half_delta():
                     strict=True):  # fmt: skip
         assert np.array_equal(np.isneginf(a), np.isneginf(b))
         assert rel_log_error(a, b).max() <= 2e-7
-    assert math.isclose(saturation_threshold("alpha(0.5)", 0.02, "lower", (1e-30, 680.0)),
-                        saturation_threshold("hellinger", 0.01, "lower", (1e-30, 680.0)), rel_tol=1e-14)  # fmt: skip
+    half, hellinger = resolve("alpha(0.5)"), resolve("hellinger")
+    assert math.isclose(saturation_threshold(half, 0.02, "lower", (1e-30, 680.0)),
+                        saturation_threshold(hellinger, 0.01, "lower", (1e-30, 680.0)), rel_tol=1e-14)  # fmt: skip

@@ -15,6 +15,7 @@ import pytest
 
 from bandcore import BandTable
 from bandcore.derive.mpmath_g import g_ratio
+from bandcore.divergences import resolve
 from bandcore.oracle import reference_band_log
 from bandcore.tables import BandTable2D, rel_log_error
 from bandcore.tables.tabulated import RIGHT_LINEAR, TabulatedBound
@@ -63,12 +64,12 @@ def _kink_L(generator: str, delta: float, u_kink: float) -> list[float]:
     """The L where a bound's r or s equals ``u_kink`` (50 digits): roots in L of g_f(p, r_k) = delta with
     r_k = u_kink (r crosses it) or r_k = (1 - (1 - p) u_kink)/p (s crosses it), kept where the oracle's bound is
     r_k there."""
-    out = []
+    out, div = [], resolve(generator)
     with mp.workdps(50):
         def h(L, through_s):
             p = mp.exp(-L)
             r = (1 - (1 - p) * u_kink) / p if through_s else mp.mpf(u_kink)
-            return None if r < 0 else g_ratio(generator, p, r) - delta, r
+            return None if r < 0 else g_ratio(div, p, r) - delta, r
 
         for through_s in (False, True):
             grid = [mp.mpf(x) for x in np.geomspace(1e-6, 700.0, 60)]

@@ -42,9 +42,10 @@ from functools import lru_cache
 
 import sympy as sp
 
-from ..divergences import Divergence, resolve
+from ..divergences import Divergence
 from .mpmath_g import checked_facts, refuse_unless_done
-from .overflow import LogicalAnd, LogicalOr, Select, safe_log_abs, safe_value
+from .overflow import safe_log_abs, safe_value
+from .selects import holds_near_one, last_piece, pieces_of, selected
 from .symbolic import U, on_side
 
 __all__ = ["TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generator_functions", "side_callables"]
@@ -246,60 +247,22 @@ def _powers_as_exp(expr: sp.Expr, base: sp.Symbol, log_base: sp.Expr) -> sp.Expr
     return expr.replace(fractional, lambda e: sp.exp(e.exp * log_base))
 
 
-def _pieces(expr_u: sp.Expr) -> list[tuple[sp.Expr, sp.Basic]]:
-    """(expression, condition in u) of each piece of a one-sided generator function (one piece, condition
-    True, for an analytic one); Max, Min and Heaviside become pieces too."""
-    expr_u = sp.piecewise_fold(expr_u.rewrite(sp.Piecewise))
-    if not isinstance(expr_u, sp.Piecewise):
-        return [(expr_u, sp.true)]
-    return [(piece.expr, piece.cond) for piece in expr_u.args]
-
-
-def _condition(cond: sp.Basic) -> sp.Basic:
-    """A piece's condition in x = u - 1, with element-wise and/or (printed as xp.logical_and/or)."""
-    if isinstance(cond, sp.And):
-        return LogicalAnd(*(_condition(arg) for arg in cond.args))
-    if isinstance(cond, sp.Or):
-        return LogicalOr(*(_condition(arg) for arg in cond.args))
-    return cond.xreplace({U: 1 + X})
-
-
-def _selected(pieces: list[tuple[sp.Expr, sp.Basic]], build: Callable[[sp.Expr], sp.Expr]) -> sp.Expr:
-    """``build`` of each piece, chosen by the pieces' conditions (the first that holds, as in Piecewise)."""
-    value = build(pieces[-1][0])
-    for expr, cond in reversed(pieces[:-1]):
-        value = Select(_condition(cond), build(expr), value)
-    return value
-
-
-def _holds_near_one(cond: sp.Basic, sign: int) -> bool:
-    """Whether a piece's condition holds on the whole Taylor interval 0 < |u - 1| <= TAYLOR_RADIUS."""
-    radius = sp.nsimplify(TAYLOR_RADIUS)
-    points = [1 + sign * radius * sp.Rational(k, 100) for k in range(1, 101)]
-    return all(bool(cond.subs(U, point)) for point in points)
-
-
 def _side_function(name: str, expr_u: sp.Expr, sign: int) -> SideFunction:
-    pieces = _pieces(on_side(expr_u, sign))  # Abs, Min/Max, where() resolved on this side of u = 1
+    pieces = pieces_of(on_side(expr_u, sign))  # Abs, Min/Max, where() resolved on this side of u = 1
 
     def closed_of(expr: sp.Expr) -> sp.Expr:
         return _on_signs(_powers_as_exp(_side_expression(expr, sign), UU, L), sign, safe_value)
 
-    closed = _selected(pieces, closed_of)
-    near_one = [expr for expr, cond in pieces if _holds_near_one(cond, sign)][:1]
+    closed = selected(pieces, closed_of)
+    near_one = [expr for expr, cond in pieces if holds_near_one(cond, sign, TAYLOR_RADIUS)][:1]
     taylor = None
     if near_one and _needs_taylor(_side_expression(near_one[0], sign)):
         taylor = _taylor(near_one[0], sign)
     if sign < 0:
         return SideFunction(name=name, closed=closed, taylor=taylor, far=None)
-    at_infinity = _to_float(sp.limit(_last_piece(pieces), U, sp.oo))
-    far = _selected(pieces, lambda e: _on_signs(_powers_as_exp(_far_expression(e), T, -L), sign, safe_value))
+    at_infinity = _to_float(sp.limit(last_piece(pieces), U, sp.oo))
+    far = selected(pieces, lambda e: _on_signs(_powers_as_exp(_far_expression(e), T, -L), sign, safe_value))
     return SideFunction(name, closed, taylor, far=far, at_infinity=at_infinity)
-
-
-def _last_piece(pieces: list[tuple[sp.Expr, sp.Basic]]) -> sp.Expr:
-    """The piece that holds as u -> oo."""
-    return next(expr for expr, cond in pieces if bool(cond.subs(U, sp.Integer(10) ** 300)))
 
 
 def _log_abs(expr: sp.Expr) -> sp.Expr:
@@ -322,8 +285,8 @@ def _log_side_function(name: str, expr_u: sp.Expr) -> SideFunction:
     r"""log|expr| on the s side, for :math:`(1-p)\tilde f(s)` when :math:`1 - p < e^{-700}` and s underflows:
     the product is formed as :math:`e^{\log(1-p) + \log|\tilde f(s)|}` (e.g. Neyman's lower bound at
     :math:`\log p = -1500`, where :math:`\tilde f(s) \approx 1/s` overflows while the product is about δ)."""
-    pieces = _pieces(on_side(expr_u, -1))
-    closed = _selected(pieces, lambda e: _powers_as_exp(_log_abs(_side_expression(e, -1)), UU, L))
+    pieces = pieces_of(on_side(expr_u, -1))
+    closed = selected(pieces, lambda e: _powers_as_exp(_log_abs(_side_expression(e, -1)), UU, L))
     return SideFunction(name=name, closed=closed, taylor=None, far=None)
 
 
@@ -349,8 +312,8 @@ def _log_far_function(name: str, expr_u: sp.Expr) -> SideFunction:
     r"""log of an r-side function for u > 2, in L = log u only: for :math:`p < e^{-700}` the products
     :math:`q\Phi(r)` and :math:`q\tilde f'(r)` are formed as exponentials of sums of logarithms, as
     :math:`\Phi(r)` itself may overflow (α = 3 at :math:`\log p = -1500`: :math:`\Phi(r) \sim r^2/6`)."""
-    pieces = _pieces(on_side(expr_u, 1))
-    return SideFunction(name=name, closed=_selected(pieces, lambda e: _log_abs_far(_far_expression(e))), taylor=None,
+    pieces = pieces_of(on_side(expr_u, 1))
+    return SideFunction(name=name, closed=selected(pieces, lambda e: _log_abs_far(_far_expression(e))), taylor=None,
                         far=None)
 
 
@@ -365,12 +328,11 @@ CODEGEN_SECONDS = 30.0
 
 
 @lru_cache(maxsize=128)
-def generator_functions(divergence: str | Divergence) -> GeneratorFunctions:
+def generator_functions(div: Divergence) -> GeneratorFunctions:
     """Build (and cache per divergence) the numeric functions of :class:`GeneratorFunctions`.
 
     Runs under a time budget (:data:`CODEGEN_SECONDS`): a generator whose functions SymPy cannot produce in
     time, or that is nested too deeply for it, is refused with a :class:`GeneratorError` instead of hanging."""
-    div = resolve(divergence)
     what = f"{div.name}: SymPy could not generate the solver functions of this generator"
     return refuse_unless_done(lambda: _generator_functions(div), CODEGEN_SECONDS, what)
 
@@ -432,7 +394,7 @@ def _side_callable(fn: SideFunction, xp) -> Callable:
     return evaluate
 
 
-def side_callables(divergence: str | Divergence, xp) -> dict[str, Callable]:
+def side_callables(div: Divergence, xp) -> dict[str, Callable]:
     """The functions ``phi_r dphi_r f_s k_s log_f_s log_k_s`` of a divergence as element-wise callables in ``xp``."""
-    gf = generator_functions(divergence)
+    gf = generator_functions(div)
     return {fn.name: _side_callable(fn, xp) for fn in gf.functions}

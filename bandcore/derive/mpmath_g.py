@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import mpmath as mp
 
-from ..divergences import Divergence, GeneratorError, resolve
+from ..divergences import Divergence, GeneratorError
 from .budget import BudgetExceeded, bounded, time_limit
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,11 +73,10 @@ def refuse_unless_done(fn: Callable[[], Any], seconds: float, what: str) -> Any:
         raise
 
 
-def checked_facts(divergence: str | Divergence, seconds: float = FACTS_SECONDS) -> Facts:
+def checked_facts(div: Divergence, seconds: float = FACTS_SECONDS) -> Facts:
     """:func:`~bandcore.derive.symbolic.facts` under a time budget (:func:`refuse_unless_done`)."""
     from .symbolic import facts  # SymPy is loaded on first use only: importing this module stays light
 
-    div = resolve(divergence)
     what = f"{div.name}: SymPy could not derive f'(1), f̃(0+) and lim f̃(u)/u of this generator"
     return refuse_unless_done(lambda: facts(div), seconds, what)
 
@@ -137,9 +136,9 @@ def _combine(gen: MpGenerator, p: Any, r: Any, one_minus_p: Any, one_minus_pr: A
     return p * gen(r) + one_minus_p * gen(one_minus_pr / one_minus_p)
 
 
-def g_mp(divergence: str | Divergence, log_p: Any, y: Any) -> Any:
+def g_mp(div: Divergence, log_p: Any, y: Any) -> Any:
     """:math:`g_f(p, r)` at ``log_p`` (<= 0) and ``y = log r`` (``-inf`` means r = 0), in the current precision."""
-    gen = mp_generator(resolve(divergence))
+    gen = mp_generator(div)
     log_p, y = mp.mpf(log_p), mp.mpf(y)
     p = mp.exp(log_p)
     r = mp.exp(y) if y != mp.ninf else mp.mpf(0)
@@ -148,16 +147,16 @@ def g_mp(divergence: str | Divergence, log_p: Any, y: Any) -> Any:
     return _combine(gen, p, r, one_minus_p, one_minus_pr)
 
 
-def g_ratio(divergence: str | Divergence, p: Any, r: Any) -> Any:
+def g_ratio(div: Divergence, p: Any, r: Any) -> Any:
     """:math:`g_f(p, r)` at a probability ``p`` and a ratio ``r >= 0`` (mpf), in the current precision."""
-    gen = mp_generator(resolve(divergence))
+    gen = mp_generator(div)
     return _combine(gen, p, r, 1 - p, 1 - p * r)
 
 
-def g_boundary(divergence: str | Divergence, p: Any, side: str) -> Any:
+def g_boundary(div: Divergence, p: Any, side: str) -> Any:
     r""":math:`G(p)`: :math:`g_f(p, 1/p) = p\tilde f(1/p) + (1-p)\tilde f(0)` (``side="upper"``) or
     :math:`g_f(p, 0) = p\tilde f(0) + (1-p)\tilde f(1/(1-p))` (``"lower"``), for p in (0, 1)."""
-    gen = mp_generator(resolve(divergence))
+    gen = mp_generator(div)
     if side == "upper":
         return _combine(gen, p, 1 / p, 1 - p, mp.mpf(0))
     return _combine(gen, p, mp.mpf(0), 1 - p, mp.mpf(1))

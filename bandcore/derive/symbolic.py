@@ -22,7 +22,7 @@ from typing import Any
 import mpmath as mp
 import sympy as sp
 
-from ..divergences import Divergence, resolve
+from ..divergences import Divergence
 from ..divergences.grammar import Node, evaluate
 from .branches import DPS, active_branch, numeric_at_zero, numeric_slope_at_infinity
 from .budget import bounded
@@ -56,9 +56,9 @@ def to_sympy(tree: Node) -> sp.Expr:
     return sp.sympify(evaluate(tree, _NAMESPACE, U))  # sympify of a SymPy object: no parsing happens
 
 
-def generator(divergence: str | Divergence) -> sp.Expr:
-    """:math:`f(u)` of a divergence (any spelling) as a SymPy expression in :data:`U`."""
-    return _generator(resolve(divergence))
+def generator(div: Divergence) -> sp.Expr:
+    """:math:`f(u)` of a divergence as a SymPy expression in :data:`U`."""
+    return _generator(div)
 
 
 @lru_cache(maxsize=256)
@@ -107,9 +107,9 @@ class Facts:
         return not self.f2.has(sp.DiracDelta) and bool(self.f2.is_finite) and bool(self.f2 > 0)
 
 
-def facts(divergence: str | Divergence) -> Facts:
-    """The :class:`Facts` of a divergence (any spelling); cached per divergence."""
-    return _facts(resolve(divergence))
+def facts(div: Divergence) -> Facts:
+    """The :class:`Facts` of a divergence; cached per divergence."""
+    return _facts(div)
 
 
 _FACT_SECONDS = 4.0

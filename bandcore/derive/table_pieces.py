@@ -19,7 +19,7 @@ import numpy as np
 import sympy as sp
 from sympy.codegen.rewriting import optimize, optims_c99
 
-from ..divergences import Divergence, resolve
+from ..divergences import Divergence
 from .symbolic import U, facts
 
 __all__ = ["TablePieces", "table_pieces"]
@@ -42,9 +42,9 @@ def _lambdify(expr: sp.Expr, var: sp.Symbol) -> Callable:
     return vectorised
 
 
-def table_pieces(divergence: str | Divergence) -> TablePieces:
-    """``(A, B, T, Tp, f_at_zero)`` of ``divergence`` (any spelling; cached per divergence)."""
-    return _table_pieces(resolve(divergence))
+def table_pieces(div: Divergence) -> TablePieces:
+    """``(A, B, T, Tp, f_at_zero)`` of a divergence (cached per divergence)."""
+    return _table_pieces(div)
 
 
 def _simplify(expr: sp.Expr, var: sp.Symbol) -> sp.Expr:

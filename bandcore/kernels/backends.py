@@ -100,7 +100,7 @@ def seed(divergence: Divergence, delta: float, kind: str | None = None) -> Kerne
     kind = kind or solver_kind(divergence)
     if kind not in ("kl", "generic"):
         return NO_SEED
-    return seed_table(solver_module("numpy", divergence, kind), kind, divergence.formula, float(delta))
+    return seed_table(solver_module("numpy", divergence, kind), kind, divergence, float(delta))
 
 
 @lru_cache(maxsize=64)

@@ -39,6 +39,7 @@ from types import ModuleType
 
 import numpy as np
 
+from ..divergences import Divergence
 from . import solvers as _reference
 from .binding import cache_dir
 from .grid import KernelBound, octave_grid, octave_of, pack
@@ -104,12 +105,12 @@ def _source_digest() -> str:
     return hashlib.sha256("".join(inspect.getsource(part) for part in _reference.PARTS).encode()).hexdigest()[:16]
 
 
-def _path(formula: str, delta: float):
+def _path(div: Divergence, delta: float):
     from ..derive.kernel_functions import generator_functions  # SymPy: only for a user generator's seeds
 
     # keyed by the generated functions too: a table from another version of them is never read
-    functions = generator_functions(formula).key()
-    key = f"{formula}|{delta!r}|{SEED_RANGE}|{SEED_LEVEL}|{_source_digest()}|{functions}"
+    functions = generator_functions(div).key()
+    key = f"{div.formula}|{delta!r}|{SEED_RANGE}|{SEED_LEVEL}|{_source_digest()}|{functions}"
     return cache_dir().parent / "seeds" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.npz"
 
 
@@ -124,10 +125,10 @@ def _read(path, n: int) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 @lru_cache(maxsize=64)
-def seed_table(module: ModuleType, kind: str, formula: str, delta: float) -> KernelBound:
+def seed_table(module: ModuleType, kind: str, div: Divergence, delta: float) -> KernelBound:
     """The seed table of :func:`seed_values`, cached in memory and, for the generic solver, on disk."""
     knots, levels = seed_knots()
-    path = _path(formula, delta) if kind == "generic" else None
+    path = _path(div, delta) if kind == "generic" else None
     cached = _read(path, len(knots)) if path is not None and path.exists() else None
     if cached is not None:
         return pack(knots, cached[0], cached[1], levels, 0, False, False)

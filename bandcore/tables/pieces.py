@@ -130,13 +130,9 @@ class GeneratorPieces:
             return slope / np.expm1(-L)  # dx/dL = -1/(1-p) and 1 - p = -expm1(-L)
 
 
-def pieces(divergence: str | Divergence) -> GeneratorPieces:
-    """The stable vectorised pieces of ``divergence``'s normalised generator (any spelling; cached)."""
-    return _pieces(resolve(divergence))
-
-
 @lru_cache(maxsize=64)
-def _pieces(div: Divergence) -> GeneratorPieces:
+def pieces(div: Divergence) -> GeneratorPieces:
+    """The stable vectorised pieces of a divergence's normalised generator (cached)."""
     from ..derive.kernel_functions import side_callables  # SymPy: only when a table is built or checked
     from ..derive.table_pieces import table_pieces
     from ..kernels.ops import numpy_ops
@@ -227,14 +223,13 @@ def _accurate(name: str, fn: Callable, div: Divergence) -> bool:
     return bool(np.all(ok))
 
 
-def saturation_threshold(divergence: str | Divergence, delta: float, side: str, L_range: tuple[float, float]):
+def saturation_threshold(div: Divergence, delta: float, side: str, L_range: tuple[float, float]):
     """The :math:`L^* = -\\log p^*` where ``side`` (``"upper"``/``"lower"``) starts to saturate (50-digit bisection).
 
     The upper bound is saturated (:math:`r = 1/p`) iff :math:`g_f(p, 1/p) \\le \\delta`, for :math:`L \\le L^*`;
     the lower one (:math:`r = 0`) iff :math:`g_f(p, 0) \\le \\delta`, for :math:`L \\ge L^*`.  Returns ``None``
     when the side never saturates in ``L_range``, ``"all"`` when it saturates on all of it.
     """
-    div = resolve(divergence)
     if pieces(div).f_at_zero == float("inf"):
         return None
 
@@ -285,7 +280,7 @@ def bisection_band_log(old_log_prob, divergence, delta: float) -> tuple[np.ndarr
     the fast backends, it also cross-checks them.  Catalogue generators whose :math:`\\tilde f` overflows in
     float64 at extreme :math:`s` (e.g. Neyman as :math:`p \\to 1`) are not supported here.
     """
-    parts = pieces(divergence)
+    parts = pieces(resolve(divergence))  # a reference for tests: any spelling
     log_p = np.asarray(old_log_prob, dtype=np.float64)
     shape = log_p.shape
     log_p = log_p.ravel()

@@ -38,7 +38,7 @@ import numpy as np
 from .._contract import LOG_P_TOLERANCE as _LOG_P_TOLERANCE
 from .._contract import check_backend
 from ..band import AUTO_NUMBA_MIN_SIZE, band_log
-from ..divergences import Divergence, resolve, resolve_regions
+from ..divergences import Divergence, resolve_regions
 from .bound_io import (
     bound_arrays,
     bound_metadata,
@@ -102,10 +102,9 @@ class BandTable:
         :math:`\delta \in [lo, hi]`; ``target``: error target for :math:`|\Delta \log r| / \max(1, |\log r|)`
         (default 1e-7); ``progress``: a tqdm progress bar.
         """
-        divergence, delta = resolve_regions(divergence, delta)  # a transform's radius is mapped here, once
+        div, delta = resolve_regions(divergence, delta)  # a transform's radius is mapped here, once
         if isinstance(delta, (tuple, list)):
-            return BUILDERS["2d"](divergence, tuple(delta), target=target, progress=progress)
-        div = resolve(divergence)
+            return BUILDERS["2d"](div, tuple(delta), target=target, progress=progress)
         delta = check_delta(delta)
         check_target(target)
         solve = exact_solver()
@@ -304,8 +303,7 @@ class BandTable:
         Refuses a file whose divergence (canonical formula) or δ is not the one asked for.  A transform
         (``renyi(2)``) asks for its f-divergence's table at the mapped radius.
         """
-        divergence, delta = resolve_regions(divergence, delta)
-        div = resolve(divergence)
+        div, delta = resolve_regions(divergence, delta)
         if isinstance(delta, (tuple, list)):
             wanted: Any = tuple(check_delta(d) for d in delta)
         else:
