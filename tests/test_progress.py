@@ -104,8 +104,8 @@ def test_bench_and_derivations_bars_on_a_terminal(tmp_path):
     bench = ["bench", "--quick", "--no-memory", "--divergences", "tv", "--n", "500"]
     code, err, out = _on_terminal(bench)
     assert code == 0 and "tv " in out
-    # 1 (copy roofline) + 1 (oracle, tables) + 6 methods (published, 3 backends, 2 table paths) x 1 size
-    assert "bench:" in err and "/8" in err
+    # 1 (header) + 1 (oracle, tables) + 6 methods (published, 3 backends, 2 table paths) x 1 size x 2 distributions
+    assert "bench:" in err and "/14" in err
     code, err, _ = _on_terminal([*bench, "--quiet"])
     assert code == 0 and err == ""
     code, err, out = _on_terminal(["derivations", "--no-verify", "--out", str(tmp_path)])

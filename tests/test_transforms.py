@@ -62,11 +62,12 @@ def direct_band_log(spelling: str, p: float, delta: float) -> tuple[float, float
 
         top = -mp.log(p_)
         upper = top if h(top) <= 0 else _bisect(h, mp.mpf(0), top)
-        # r -> 0: s = 1/(1-p) and C_a = (1-p)^(1-a), so D(0) = -log(1-p) for every a in (0, 1) and (1, inf)
-        if -mp.log1p(-p_) <= delta_:
+        # r -> 0 (y = -inf): s = 1/(1-p) and the coefficient is (1-p)^(1-a), so Rényi's D(0) = -log(1-p) and
+        # Chernoff's -(1-a) log(1-p): the definition itself at r = 0 decides saturation
+        if h(mp.ninf) <= 0:
             return -math.inf, float(upper)
         outside = mp.mpf(-1)
-        while h(outside) <= 0:
+        while h(outside) <= 0:  # h(-inf) > 0 and h is continuous: ends
             outside *= 2
         return float(_bisect(h, mp.mpf(0), outside)), float(upper)
 
