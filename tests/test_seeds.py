@@ -118,16 +118,16 @@ def test_user_seed_is_cached_on_disk_and_a_damaged_file_is_rebuilt(tmp_path, mon
     div = bc.resolve(USER[0])
     module = backends.solver_module("numpy", div, "generic")
     delta = 0.0371
-    fresh = seeds.seed_table.__wrapped__(module, "generic", div.formula, delta)
+    fresh = seeds.seed_table.__wrapped__(module, "generic", div, delta)
     files = list((tmp_path / "seeds").glob("*.npz"))
     assert len(files) == 1
-    again = seeds.seed_table.__wrapped__(module, "generic", div.formula, delta)  # read from the file
+    again = seeds.seed_table.__wrapped__(module, "generic", div, delta)  # read from the file
     np.testing.assert_array_equal(again.cells, fresh.cells)
     files[0].write_bytes(b"not an npz file")
-    rebuilt = seeds.seed_table.__wrapped__(module, "generic", div.formula, delta)
+    rebuilt = seeds.seed_table.__wrapped__(module, "generic", div, delta)
     np.testing.assert_array_equal(rebuilt.cells, fresh.cells)
     np.savez(files[0], values=np.zeros(3), slopes=np.zeros(3))  # a relabelled file of the wrong shape
-    np.testing.assert_array_equal(seeds.seed_table.__wrapped__(module, "generic", div.formula, delta).cells,
+    np.testing.assert_array_equal(seeds.seed_table.__wrapped__(module, "generic", div, delta).cells,
                                   fresh.cells)  # fmt: skip
 
 
