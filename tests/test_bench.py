@@ -19,7 +19,7 @@ import torch
 from bandcore.cli import main
 from bandcore.oracle import reference_band_log
 from bandcore.tables import rel_log_error
-from bandcore.tools import bench
+from bandcore.tools import bench, bench_cost
 from bandcore.tools.bench_cost import nearest_in_cost, transcendental_count
 from bandcore.tools.bench_inputs import accuracy_points, llm_like_log_probs, log_probs, mid_log_probs
 from bandcore.tools.bench_memory import measure_memory
@@ -586,3 +586,24 @@ def test_gpu_check_script_runs_on_cpu(tmp_path):
     failed = [c for c in report["checks"] if not c["ok"]]
     assert proc.returncode == 0 and not failed, failed
     assert {"table_torch_kl", "band_log_torch_kl", "copy"} <= set(report["throughput"])
+
+
+def test_exact_rows_of_a_user_generator_sit_beside_the_same_solver(clock_run):
+    """An exact row is compared with the catalogue divergences run by the same (generic) solver even when a
+    dedicated one (KL's Halley solver) is closer in count; a table row with the closest count whatever solves it."""
+    r = json.loads(json.dumps(clock_run))
+    user = "(u-1)*log(u)"
+    r["divergences"] = [*r["divergences"], user]
+    copied = [row for row in clock_run["results"] if row["divergence"] == "kl" and row["method"] != "published"]
+    r["results"] += [{**json.loads(json.dumps(row)), "divergence": user} for row in copied]
+    for row in r["results"]:
+        if row["divergence"] == "tv":
+            row["divergence"], row["transcendentals"] = "js", 5
+    r["divergences"] = [("js" if d == "tv" else d) for d in r["divergences"]]
+    bench.derive_ratios(r)
+    chosen = {(x["method"], x["kind"]): x["nearest_catalogue"]["1"]["divergence"] for x in r["results"]
+              if x["divergence"] == user and x["n_tokens"] == 300 and x["distribution"] == "llm"
+              and x["kind"] != "unit"}  # fmt: skip
+    assert bench_cost.solver_of(user) == bench_cost.solver_of("js") == "generic" != bench_cost.solver_of("kl")
+    assert {v for (_, kind), v in chosen.items() if kind == "exact"} == {"js"}
+    assert {v for (_, kind), v in chosen.items() if kind == "table"} == {"kl"}

@@ -99,6 +99,7 @@ def _check_folder(path: str | None, option: str) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    from ..tools.bench import derive_ratios
     from ..tools.bench_report import check_format, format_markdown, format_report
     from ..tools.bench_spread import check_comparable, format_spread
 
@@ -110,6 +111,7 @@ def _handle(args: argparse.Namespace) -> int:
         reports = [json.loads(Path(name).read_text(encoding="utf-8")) for name in args.from_json]
         for report, name in zip(reports, args.from_json, strict=True):
             check_format(report, name)
+            derive_ratios(report)  # every derived column from the saved medians, by this version's rules
         check_comparable(reports, args.from_json)
         markdown = format_spread(reports)
         print(markdown, end="")
@@ -129,6 +131,7 @@ def _handle(args: argparse.Namespace) -> int:
             Path(args.json).write_text(text, encoding="utf-8")
     report = json.loads(text)  # the text and the Markdown are rendered from the JSON, as saved
     check_format(report, args.from_json[0] if args.from_json else "the run")
+    derive_ratios(report)
     print(format_report(report))
     if args.markdown:
         Path(args.markdown).write_text(format_markdown(report), encoding="utf-8")

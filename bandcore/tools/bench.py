@@ -50,7 +50,7 @@ import numpy as np
 from .._contract import check_positive_int
 from .._progress import progress as progress_bar
 from ..tables import rel_log_error
-from .bench_cost import is_catalogue, nearest_in_cost, transcendental_count
+from .bench_cost import is_catalogue, nearest_in_cost, solver_of, transcendental_count
 from .bench_header import header, load_average
 from .bench_inputs import DISTRIBUTIONS, accuracy_points, llm_like_log_probs, log_probs
 from .bench_memory import measure_memory
@@ -285,6 +285,7 @@ def derive_ratios(report: dict[str, Any]) -> None:
         row["roofline_fraction"] = n / mine["all"] / roofline
         row.pop("nearest_catalogue", None)
     catalogue = {v: is_catalogue(v) for v in report["divergences"]}
+    solver = {v: solver_of(v) for v in report["divergences"]}
     for row in report["results"]:
         if catalogue.get(row["divergence"], True) or row["kind"] == "unit":
             continue
@@ -293,6 +294,9 @@ def derive_ratios(report: dict[str, Any]) -> None:
             same = {r["divergence"]: (r["transcendentals"], r["times"][k]["median"]) for r in report["results"]
                     if catalogue.get(r["divergence"]) and (r["distribution"], r["method"], r["n_tokens"])
                     == (row["distribution"], row["method"], row["n_tokens"])}  # fmt: skip
+            if row["kind"] == "exact":  # an exact row beside the catalogue rows run by the same solver, if any
+                alike = {v: c for v, c in same.items() if solver[v] == solver[row["divergence"]]}
+                same = alike or same
             name = nearest_in_cost(row["transcendentals"], same)
             row["nearest_catalogue"][k] = None if name is None else {
                 "divergence": name, "transcendentals": same[name][0],

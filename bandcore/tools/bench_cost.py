@@ -9,7 +9,9 @@ counted, their arguments are.
 
 :func:`nearest_in_cost` picks, for a user generator, the catalogue divergence benchmarked in the same run whose
 count is closest; among equally close ones the **fastest** (so the ratio user / nearest is the conservative,
-larger one).
+larger one).  An exact row is compared with the catalogue divergences run by the same solver
+(:func:`solver_of`: a user generator runs the generic safeguarded Newton solver, so not with TV's and Pearson's
+closed forms or KL's dedicated Halley solver) whenever the run has one.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Mapping
 
 from ..divergences import Node, resolve
 
-__all__ = ["TRANSCENDENTAL_FUNCTIONS", "is_catalogue", "nearest_in_cost", "transcendental_count"]
+__all__ = ["TRANSCENDENTAL_FUNCTIONS", "is_catalogue", "nearest_in_cost", "solver_of", "transcendental_count"]
 
 TRANSCENDENTAL_FUNCTIONS = frozenset({"log", "exp", "sqrt", "cbrt", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh"})
 
@@ -47,6 +49,13 @@ def transcendental_count(divergence: str) -> int:
 def is_catalogue(divergence: str) -> bool:
     """True for a catalogue or α-family divergence, False for a user generator."""
     return resolve(divergence).is_catalogue
+
+
+def solver_of(divergence: str) -> str:
+    """Which exact solver runs ``divergence``: "kl", "tv", "pearson" (dedicated) or "generic"."""
+    from ..kernels.backends import solver_kind  # a user generator's facts need SymPy: only when asked
+
+    return solver_kind(resolve(divergence))
 
 
 def nearest_in_cost(count: int, catalogue: Mapping[str, tuple[int, float]]) -> str | None:
