@@ -31,8 +31,18 @@ from .tabulated import (
 )  # fmt: skip
 from .threshold import SPLIT_LOWER, SPLIT_UPPER, NearPart, SplitBound
 
-__all__ = ["bound_arrays", "bound_from_arrays", "bound_metadata", "builder_of", "check_delta", "check_near_grid",
-           "check_target", "divergence_of", "split_from_arrays"]  # fmt: skip
+__all__ = [
+    "bound_arrays",
+    "bound_from_arrays",
+    "bound_metadata",
+    "builder_of",
+    "check_delta",
+    "check_near_grid",
+    "check_target",
+    "divergence_of",
+    "split_doc",
+    "split_from_arrays",
+]  # fmt: skip
 
 
 def builder_of(meta: dict[str, Any]) -> str:
@@ -71,7 +81,7 @@ def bound_arrays(side: str, bound) -> tuple[dict[str, np.ndarray], dict[str, Any
         if far.right_linear:
             meta[f"{side}_right_tail_mode"] = "linear_r"
     if meta:
-        meta["split_and_tails"] = SPLIT_DOC
+        meta["split_and_tails"] = split_doc(f"{side}_right_tail_mode" in meta)
     return arrays, meta
 
 
@@ -79,9 +89,14 @@ SPLIT_DOC = (
     "kinds 4/5: split at the saturation threshold L* = threshold[0] + threshold[1]: far part (knots, values, "
     "slopes, levels) in L storing r (lower) or log r (upper); near part (near_*) in lambda = |L - L*| storing "
     "G = log u - gamma log(lambda), u = r (lower) or 1 - p r (upper). left_tail (C, beta): left of the first knot "
-    "log r = C / (beta - log L); right_tail (K, nu): right of the last knot log r + log(log r + nu) = L + K, "
-    "or r = K + nu L where right_tail_mode is linear_r"
+    "log r = C / (beta - log L); right_tail (K, nu): right of the last knot log r + log(log r + nu) = L + K"
 )
+
+
+def split_doc(linear_tail: bool) -> str:
+    """The metadata's description of split bounds and tails; the linear right tail is described only in a file
+    that has one (so the files of tables without it, the shipped ones among them, keep their bytes)."""
+    return SPLIT_DOC + (", or r = K + nu L where right_tail_mode is linear_r" if linear_tail else "")
 
 
 def bound_metadata(lower: TabulatedBound, upper: TabulatedBound) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from .bound_io import (
     check_delta,
     check_target,
     divergence_of,
+    split_doc,
     split_from_arrays,
 )  # fmt: skip
 from .bounds import build_bound
@@ -238,6 +239,8 @@ class BandTable:
             side_arrays, side_meta = bound_arrays(side, bound)
             arrays.update(side_arrays)
             extra.update(side_meta)
+        if "split_and_tails" in extra:  # one description for both sides
+            extra["split_and_tails"] = split_doc(any(key.endswith("_right_tail_mode") for key in extra))
         metadata = {
             "table": "1d",
             "divergence": self.divergence_name,
