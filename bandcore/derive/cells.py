@@ -162,8 +162,8 @@ def piecewise_bound(div: Divergence, side: str, f_tilde: sp.Expr) -> tuple[sp.Ex
         candidates, _ = solve_closed(g - DELTA, R, f"{side} bound, piece {index}")
 
         def inner(p: float, start: Any = start, end: Any = at_end) -> list[float]:
-            lo = float(start.subs(P, p)) if isinstance(start, sp.Expr) else start
-            hi = (1 / p if side == "upper" else 0.0) if end is None else float(sp.sympify(end).subs(P, p))
+            lo = _at(start, p)
+            hi = (1 / p if side == "upper" else 0.0) if end is None else _at(end, p)
             hi = min(hi, 1 / p) if side == "upper" else max(hi, 0.0)
             if (hi <= lo) if side == "upper" else (hi >= lo):
                 return []
@@ -184,3 +184,8 @@ def piecewise_bound(div: Divergence, side: str, f_tilde: sp.Expr) -> tuple[sp.Ex
         clauses += [(root, unreached), (root, DELTA <= tidy(g.subs(R, at_end)))]
         notes.append(f"{side} bound: piece {index} ends where {moving} = {sp.sstr(end)}")
     return sp.Piecewise(*clauses), notes
+
+
+def _at(value: Any, p: float) -> float:
+    """A cell end (a SymPy expression in p, or a number) at the probability ``p``."""
+    return float(value.subs(P, p)) if isinstance(value, sp.Basic) else float(value)

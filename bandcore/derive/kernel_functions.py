@@ -45,13 +45,13 @@ import sympy as sp
 from ..divergences import Divergence
 from .mpmath_g import checked_facts, refuse_unless_done
 from .overflow import safe_log_abs, safe_value
-from .selects import holds_near_one, last_piece, pieces_of, selected
+from .selects import X, holds_near_one, last_piece, pieces_of, selected
 from .symbolic import U, on_side
 
 __all__ = ["TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generator_functions", "side_callables"]
 
 #: Symbols of the generated functions: x = u - 1, L = log u, u; and t = 1/u, y = x/u (far branch, u > 2).
-X, L, UU, T, Y = sp.symbols("x L u t y", real=True)
+L, UU, T, Y = sp.symbols("L u t y", real=True)
 
 #: Degree of the Taylor polynomials and the radius |x| below which they replace the closed expression.
 #: Truncation at |x| = 0.1 for a series with radius of convergence >= 1 is <= 0.1**15 relative, while the

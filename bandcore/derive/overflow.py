@@ -50,24 +50,28 @@ class Select(sp.Function):
         return f"xp.where({condition}, {a}, {b})"
 
 
-class LogicalAnd(sp.Function):
-    """Element-wise ``and`` of two conditions of a :class:`Select`."""
+class _ElementwiseFold(sp.Function):
+    """Conditions of a :class:`Select` joined pairwise by the namespace's element-wise ``xp_name``."""
+
+    xp_name = ""
 
     def _pythoncode(self, printer) -> str:
         a, *rest = (printer._print(arg) for arg in self.args)
         for b in rest:
-            a = f"xp.logical_and({a}, {b})"
+            a = f"xp.{self.xp_name}({a}, {b})"
         return a
 
 
-class LogicalOr(sp.Function):
-    """Element-wise ``or`` of two conditions of a :class:`Select`."""
+class LogicalAnd(_ElementwiseFold):
+    """Element-wise ``and`` of conditions of a :class:`Select`."""
 
-    def _pythoncode(self, printer) -> str:
-        a, *rest = (printer._print(arg) for arg in self.args)
-        for b in rest:
-            a = f"xp.logical_or({a}, {b})"
-        return a
+    xp_name = "logical_and"
+
+
+class LogicalOr(_ElementwiseFold):
+    """Element-wise ``or`` of conditions of a :class:`Select`."""
+
+    xp_name = "logical_or"
 
 
 class SignOf(sp.Function):

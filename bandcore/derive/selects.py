@@ -16,8 +16,7 @@ import sympy as sp
 from .overflow import LogicalAnd, LogicalOr, Select
 from .symbolic import U
 
-#: the solvers' variable x = u - 1 (the same symbol as in :mod:`.kernel_functions`: SymPy symbols are equal by
-#: name and assumptions)
+#: the solvers' variable x = u - 1 (also :mod:`.kernel_functions`' x)
 X = sp.Symbol("x", real=True)
 
 

@@ -80,8 +80,6 @@ def bound_arrays(side: str, bound) -> tuple[dict[str, np.ndarray], dict[str, Any
         meta[f"{side}_right_tail"] = list(far.right_tail)
         if far.right_linear:
             meta[f"{side}_right_tail_mode"] = "linear_r"
-    if meta:
-        meta["split_and_tails"] = split_doc(f"{side}_right_tail_mode" in meta)
     return arrays, meta
 
 

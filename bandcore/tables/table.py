@@ -239,7 +239,7 @@ class BandTable:
             side_arrays, side_meta = bound_arrays(side, bound)
             arrays.update(side_arrays)
             extra.update(side_meta)
-        if "split_and_tails" in extra:  # one description for both sides
+        if extra:  # a split bound or a tail: one description of them for both sides
             extra["split_and_tails"] = split_doc(any(key.endswith("_right_tail_mode") for key in extra))
         metadata = {
             "table": "1d",
