@@ -96,11 +96,11 @@ def _numpy_bounds(x: np.ndarray, div: Divergence, delta: float, backend: str, ch
         lower, upper, status = _torch_bounds(torch.from_numpy(lp), div, delta, ratios)
         return lower.numpy().astype(dtype), upper.numpy().astype(dtype), status.numpy()
     with np.errstate(all="ignore"):
-        lower, upper, status = backends.solve_arrays(
+        solve = backends.solve_ratio_arrays if ratios else backends.solve_arrays
+        lower, upper, status = solve(
             backends.solver_module("numpy", div), backends.solver_kind(div), lp.reshape(-1), delta,
             backends.lower_at_one(div, delta), backends.seed(div, delta).numpy_arrays(),
         )
-        lower, upper = (np.exp(lower), np.exp(upper)) if ratios else (lower, upper)
     shape = lp.shape
     return (np.asarray(lower, dtype=dtype).reshape(shape), np.asarray(upper, dtype=dtype).reshape(shape),
             np.asarray(status, dtype=np.int8).reshape(shape))
@@ -125,15 +125,20 @@ def torch_function(divergence: Any, delta: float, device: Any = "cpu"):
     return kernel
 
 
-def _torch_solver(div: Divergence, delta: float, device: Any):
-    """``solve(flat_lp, fallback=True)``: :func:`backends.solve_arrays` bound to (div, δ) and ``device``."""
+def _torch_solver(div: Divergence, delta: float, device: Any, ratios: bool = False):
+    """``solve(flat_lp, fallback=True)``: :func:`backends.solve_arrays` bound to (div, δ) and ``device``; with
+    ``ratios``, the ratios of a kind that has a ratio form (:func:`backends.solve_ratio_arrays`), else None."""
     import torch
 
     module, kind = backends.solver_module("torch", div), backends.solver_kind(div)
     at_one = backends.lower_at_one(div, delta)
     seed = backends.torch_seed(div, delta, str(torch.device(device)))
+    if ratios and kind not in module.RATIO_ENTRY_POINTS:
+        return None
 
     def solve(flat, fallback=True):
+        if ratios:
+            return backends.solve_ratio_arrays(module, kind, flat, delta, at_one, seed)
         return backends.solve_arrays(module, kind, flat, delta, at_one, seed, fallback=fallback)
 
     return solve
@@ -146,10 +151,11 @@ def _torch_bounds(lp, div: Divergence, delta: float, ratios: bool):
     then runs once on every token it left, so its iteration overhead is paid once per call, not per chunk."""
     import torch
 
-    solve = _torch_solver(div, delta, lp.device)
+    direct = ratios and _torch_solver(div, delta, lp.device, ratios=True)  # the ratios themselves (TV, Pearson)
+    solve = direct or _torch_solver(div, delta, lp.device)
     chunk = TORCH_CHUNK.get(lp.device.type, TORCH_CHUNK_ACCELERATOR)
     flat = lp.reshape(-1)
-    later = backends.can_select(flat)
+    later = backends.can_select(flat) and not direct
     lower = torch.empty(flat.shape, dtype=torch.float64, device=flat.device)
     upper = torch.empty_like(lower)
     status = torch.empty(flat.shape, dtype=torch.int8, device=flat.device)
@@ -162,7 +168,7 @@ def _torch_bounds(lp, div: Divergence, delta: float, ratios: bool):
             index = redo[start : start + chunk]
             lo, up, st = solve(flat[index])
             lower[index], upper[index], status[index] = lo, up, st.to(torch.int8)
-    if ratios:
+    if ratios and not direct:
         lower, upper = lower.exp(), upper.exp()
     return lower.reshape(lp.shape), upper.reshape(lp.shape), status.reshape(lp.shape)
 
@@ -250,10 +256,12 @@ def band(
     check: bool = True,
     return_status: bool = False,
 ) -> tuple[Any, ...]:
-    r"""Ratio bounds :math:`(r_{lo}, r_{up})` of the Band: ``exp`` of :func:`band_log`, rounded once.
+    r"""Ratio bounds :math:`(r_{lo}, r_{up})` of the Band: ``exp`` of :func:`band_log`, rounded once; TV's and
+    Pearson's are computed as ratios (:math:`1 \pm \delta/p`, :math:`1 \pm \sqrt{\delta(1-p)/p}`, two
+    transcendentals per token and no exp of a log, whose absolute error would become a relative one).
 
     Same arguments and contract as :func:`band_log`; a saturated lower bound is 0 and a saturated upper one
-    :math:`1/p`.  The KL lower bound underflows to 0 for :math:`\delta \gg p` (it is about
+    :math:`1/p` (``exp(-old_log_prob)``).  The KL lower bound underflows to 0 for :math:`\delta \gg p` (it is about
     :math:`e^{-1-\delta/p}`): use :func:`band_log` when that matters.
     """
     return _compute(old_log_prob, divergence, delta, backend, check, True, return_status)

@@ -286,3 +286,37 @@ def test_bounds_cli_errors(capsys):
     assert main(["bounds", "--p", "1.5"]) == 2
     assert "--p" in capsys.readouterr().err
     assert main(["bounds", "--divergence", "__import__('os')"]) == 2
+
+
+# ---- TV and Pearson: the ratios computed directly (no exp of a log bound) -------------------------------------
+
+def _ratio_points(delta: float) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    spread = -np.exp(rng.uniform(-40.0, 7.0, 120))  # log p from -4e-18 to -1100
+    far = [-700.0, -708.5, -709.9, -745.2, -1419.5, -1419.7, -1422.0, -1e4, -1e-300]
+    thresholds = [math.log(delta), math.log1p(-delta) if delta < 1 else -1.0, -math.log1p(delta),
+                  math.log(delta / (1 + delta))]  # TV's and Pearson's saturation thresholds
+    away = [t * (1 + s) for t in thresholds for s in (1e-3, -1e-3, 0.3, -0.3)]
+    return np.array([x for x in [*spread, *far, *away] if x < 0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["tv", "pearson"])
+@pytest.mark.parametrize("delta", [1e-8, 0.05, 0.999, 3.0])
+def test_closed_form_ratios_against_the_oracle(backend, name, delta):
+    """band() for TV and Pearson computes r itself (two transcendentals, not exp of a log bound): every ratio
+    within 1e-12 max(1, |log r|) relatively of the 50-digit one (0 or inf exactly where it under- or
+    overflows), on every backend; the points sit 1e-3 and 30 % away from the saturation thresholds."""
+    import mpmath as mp
+
+    x = _ratio_points(delta)
+    lower, upper = bc.band(torch.from_numpy(x) if backend == "torch" else x, name, delta, backend=backend)
+    for got, index in ((np.asarray(lower), 0), (np.asarray(upper), 1)):
+        for value, lp in zip(got.tolist(), x.tolist(), strict=True):
+            exact_log = band_log_mp(name, lp, delta, dps=40)[index]
+            exact = mp.e**exact_log if mp.isfinite(exact_log) else (mp.inf if exact_log > 0 else mp.mpf(0))
+            if exact > mp.mpf("1.7976931348623157e308") or exact < mp.mpf("2.2250738585072014e-308"):
+                assert value == float(exact), (name, delta, lp, index, value, exact)  # 0, inf, or subnormal
+                continue
+            scale = max(1.0, abs(float(exact_log)))
+            assert abs(mp.mpf(value) - exact) <= 1e-12 * scale * exact, (name, delta, lp, index, value, exact)

@@ -28,7 +28,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from .._contract import check_delta
@@ -156,6 +156,9 @@ def resolve_region(spelling: Any, delta: Any, name: str = "delta") -> tuple[Dive
     :mod:`.transforms`, computed with ``expm1``; a δ whose radius lies beyond the kernels' range raises
     :class:`ValueError` naming ``name`` and the largest accepted value.
     """
+    known = _RESOLVED.get(spelling) if isinstance(spelling, str) else None  # an f-divergence spelled before
+    if known is not None:
+        return known, check_delta(delta, name)
     transform = get_transform(spelling)
     if transform is None:
         return resolve(spelling), check_delta(delta, name)
@@ -174,10 +177,15 @@ def resolve_regions(spelling: Any, deltas: Any, name: str = "delta") -> tuple[Di
     return resolve(transform.base), transform.to_f(deltas, name)
 
 
+@lru_cache(maxsize=1)
 def _aliases() -> dict[str, str]:
     return {alias: name for name, entry in CATALOGUE.items() for alias in entry.get("aliases", ())}
 
 
+#: spelling -> its Divergence, for the spellings :func:`resolve` has resolved without parameters (at most
+#: _RESOLVED_MAX of them): a repeated call (``band(x, "js", ...)`` in a training loop) skips the parsing.
+_RESOLVED: dict[str, Divergence] = {}
+_RESOLVED_MAX = 4096
 _ALPHA_SPELLING = re.compile(r"^alpha\s*\(\s*(?:alpha\s*=\s*)?([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*\)$")
 _CACHE: dict[tuple, Divergence] = {}
 
@@ -197,6 +205,18 @@ def resolve(spelling: Any, **params: Any) -> Divergence:
         raise TypeError(
             f"divergence must be a name, alpha(a), a formula in u or a Divergence, got {type(spelling).__name__}"
         )
+    if not params:
+        known = _RESOLVED.get(spelling)
+        if known is None:
+            known = _resolve_spelling(spelling)
+            if len(_RESOLVED) < _RESOLVED_MAX:
+                _RESOLVED[spelling] = known
+        return known
+    return _resolve_spelling(spelling, **params)
+
+
+def _resolve_spelling(spelling: str, **params: Any) -> Divergence:
+    """:func:`resolve` for a string (not cached here)."""
     key = spelling.strip()
     if len(key) > 400:
         raise GeneratorError(f"divergence spelling is {len(key)} characters long; at most 400 are accepted")

@@ -37,7 +37,7 @@ from .grid import KernelBound
 from .seeds import NO_SEED, seed_table
 
 __all__ = ["can_select", "lower_at_one", "numba_module", "run_lookup", "run_lookup_torch", "run_numba", "seed",
-           "solve_arrays", "solver_kind", "solver_module", "torch_seed"]
+           "solve_arrays", "solve_ratio_arrays", "solver_kind", "solver_module", "torch_seed"]
 
 _NORMALISED = {"kl": "-log(u)", "tv": "abs(u - 1)/2", "pearson": "(u - 1)**2"}
 
@@ -136,6 +136,15 @@ def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: f
     return xp.where(redo, lower_again, lower), xp.where(redo, upper_again, upper), xp.where(redo, status_again, status)
 
 
+def solve_ratio_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple) -> tuple:
+    """(r_lo, r_up, status) as :func:`solve_arrays`: the ratios themselves for the kinds that have a ratio form
+    (:data:`.solvers.common.RATIO_ENTRY_POINTS`), else exp of the log bounds."""
+    if kind in module.RATIO_ENTRY_POINTS:
+        return getattr(module, module.RATIO_ENTRY_POINTS[kind])(lp, delta, at_one, seed)
+    lower, upper, status = solve_arrays(module, kind, lp, delta, at_one, seed)
+    return module.xp.exp(lower), module.xp.exp(upper), status
+
+
 def _refined_then_solve(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple) -> tuple:
     """The :data:`.solvers.common.REFINED` pass of ``kind`` (if any), then the safeguarded solver on the tokens it
     left; for the tokens the polished pass left (selected: NumPy or CPU tensors)."""
@@ -229,19 +238,26 @@ def numba_module(divergence: Divergence, kind: str | None = None) -> ModuleType:
     return load_generated(_numba_source(divergence, kind), f"bandcore_numba_{kind}")
 
 
+@lru_cache(maxsize=256)
+def _numba_call(divergence: Divergence, delta: float, ratios: bool) -> tuple[tuple[Any, Any], float, tuple]:
+    """What a :func:`run_numba` call passes besides the arrays, made once per (divergence, δ, output): the
+    (parallel, serial) kernels, log r_lo at p = 1 and the seed table's arrays (read-only in the kernels)."""
+    module = numba_module(divergence)
+    name = "band_kernel_ratio" if ratios else "band_kernel_log"
+    kernels = (getattr(module, name), getattr(module, name + "_serial"))
+    return kernels, lower_at_one(divergence, delta), seed(divergence, delta).arrays()
+
+
 def run_numba(divergence: Divergence, old_log_prob: np.ndarray, delta: float, *, ratios: bool = False,
               out_dtype: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(lower, upper, status, n_above) for a float32/float64 array in one parallel pass (see the module doc)."""
-    module = numba_module(divergence)
     flat = np.ascontiguousarray(old_log_prob).reshape(-1)
     dtype = flat.dtype if out_dtype is None else np.dtype(out_dtype)
     lower = np.empty(flat.shape, dtype=dtype)
     upper = np.empty(flat.shape, dtype=dtype)
     status = np.empty(flat.shape, dtype=np.int8)
-    name = "band_kernel_ratio" if ratios else "band_kernel_log"
-    kernel = getattr(module, name if flat.size > SERIAL_MAX else name + "_serial")
-    above = kernel(flat, float(delta), lower_at_one(divergence, float(delta)), lower, upper, status,
-                   seed(divergence, float(delta)).arrays())
+    kernels, at_one, seed_arrays = _numba_call(divergence, float(delta), ratios)
+    above = kernels[flat.size <= SERIAL_MAX](flat, float(delta), at_one, lower, upper, status, seed_arrays)
     shape = np.shape(old_log_prob)
     return lower.reshape(shape), upper.reshape(shape), status.reshape(shape), int(above)
 

@@ -120,10 +120,12 @@ BLOCK = 256
 OUTPUTS = {"_log": "", "_ratio": "xp.exp"}
 
 
-def _token(solver: str, args: str, indent: int, output: str, *, block: bool) -> str:
-    """:data:`_TOKEN` for ``solver``: into the block's views at ``j`` or into the outputs at ``i``."""
+def _token(solver: str, args: str, indent: int, output: str, *, block: bool, store: str | None = None) -> str:
+    """:data:`_TOKEN` for ``solver``: into the block's views at ``j`` or into the outputs at ``i``, storing
+    ``store`` of each bound (default: ``OUTPUTS[output]``)."""
     arrays = ("lo_out", "up_out", "st_out", "j") if block else ("lower", "upper", "status", "i")
-    body = _TOKEN.replace("SOLVER", solver).replace("ARGS", args).replace("OUT", OUTPUTS[output])
+    store = OUTPUTS[output] if store is None else store
+    body = _TOKEN.replace("SOLVER", solver).replace("ARGS", args).replace("OUT", store)
     for name, value in zip(("LOWER", "UPPER", "STATUS", "INDEX"), arrays, strict=True):
         body = body.replace(name, value)
     return textwrap.indent(body, " " * indent)
@@ -151,6 +153,10 @@ def _solver_drivers(kind: str, output: str) -> str:
         head = _REFINED.replace("REFINED", refined).replace("OUT", OUTPUTS[output]) if refined else ""
         fallback = _FALLBACK.replace("{refined}", textwrap.indent(head, " " * 12))
         fallback = fallback.replace("{solve}", _token(solve, "seed", 16 if refined else 12, output, block=False))
+    elif output == "_ratio" and kind in _registry.RATIO_ENTRY_POINTS:  # the ratios themselves, not exp of logs
+        ratio = _token(_registry.RATIO_ENTRY_POINTS[kind], "seed", 8, output, block=True, store="")
+        block = _BLOCK.format(output=output, seeds="", solve=ratio)
+        fallback = ""
     else:
         block = _BLOCK.format(output=output, seeds="", solve=_token(solve, "seed", 8, output, block=True))
         fallback = ""

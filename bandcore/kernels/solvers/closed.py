@@ -1,13 +1,15 @@
 r"""Closed forms: total variation (:func:`tv_bounds`) and Pearson χ² (:func:`pearson_bounds`).
 
 :math:`r = 1 \pm \delta/p` and :math:`r = 1 \pm \sqrt{\delta(1-p)/p}`, written in logarithms so nothing overflows
-for any finite log p.
+for any finite log p; :func:`tv_ratio_bounds` and :func:`pearson_ratio_bounds` give the ratios themselves (no
+logarithm, no exp of a log bound: two transcendentals per token, and more accurate than ``exp`` of a log bound,
+whose absolute error :math:`|\log r|\,\epsilon` becomes a relative one).
 """
 
 from __future__ import annotations
 
 from ..ops import numpy_ops as xp  # rebound per backend by ..binding
-from .common import CONVERGED, LOG_P_TINY, SATURATED, finish
+from .common import CONVERGED, LOG_P_TINY, SATURATED, finish, finish_ratio
 
 
 def tv_bounds(lp, delta, lower_at_one, seed):
@@ -51,6 +53,42 @@ def pearson_bounds(lp, delta, lower_at_one, seed):
     lower = xp.where(lower_saturated, -xp.inf, lower)
     status = xp.where(xp.logical_or(upper_saturated, lower_saturated), SATURATED, CONVERGED)
     return finish(lp, lower, upper, status, lower_at_one)
+
+
+def tv_ratio_bounds(lp, delta, lower_at_one, seed):
+    """TV's ratios from x = log(delta/p) = log delta - log p: r_up = 1 + delta/p = 2 + expm1(x), or 1/p = e^-log p
+    where saturated (p >= 1 - delta); r_lo = 1 - delta/p = -expm1(x), 0 where saturated (x >= 0).  log delta
+    is carried in two parts (hi + lo, lo = (delta - e^hi)/delta), so x is exact to rounding next to p = delta
+    (hi - log p is exact there: Sterbenz), where r_lo is small and only as good as x.  One expm1 and one exp
+    per token; both overflow exactly where the ratio does."""
+    lps = xp.minimum(lp, 0.0)
+    log_delta = xp.log(delta)
+    x = (log_delta - lps) + (delta - xp.exp(log_delta)) / delta
+    e = xp.expm1(x)
+    upper_saturated = lps >= (xp.log1p(-delta) if delta < 1.0 else -xp.inf)
+    upper = xp.where(upper_saturated, xp.exp(-lps), 2.0 + e)
+    lower_saturated = x >= 0.0
+    lower = xp.where(lower_saturated, 0.0, -e)
+    status = xp.where(xp.logical_or(upper_saturated, lower_saturated), SATURATED, CONVERGED)
+    return finish_ratio(lp, lower, upper, status, lower_at_one)
+
+
+def pearson_ratio_bounds(lp, delta, lower_at_one, seed):
+    """Pearson's ratios 1 ± t, t = sqrt(delta (1 - p)/p) = sqrt(delta m (m + 2)) with m = expm1(-log p / 2) (so
+    (1 - p)/p = e^-log p - 1 = m(m + 2) has no cancellation near p = 1); for log p < -700, where m(m + 2) would
+    overflow, t = e^u with u = (log delta - log p)/2 (dropping the -1 of e^-log p costs a relative e^-700).  One
+    expm1 (its argument is selected, not the function), one sqrt, and e^-log p where the upper bound saturates
+    (delta p >= 1 - p, i.e. t <= delta; exp of the log bound -log p, as there); the lower one iff t >= 1."""
+    lps = xp.minimum(lp, 0.0)
+    far = lps < LOG_P_TINY
+    m = xp.expm1(xp.where(far, 0.5 * (xp.log(delta) - lps), -0.5 * lps))
+    t = xp.where(far, m, xp.sqrt(delta * (m * (m + 2.0))))
+    upper_saturated = t <= delta
+    upper = xp.where(upper_saturated, xp.exp(-lps), 1.0 + t)
+    lower_saturated = t >= 1.0
+    lower = xp.where(lower_saturated, 0.0, 1.0 - t)
+    status = xp.where(xp.logical_or(upper_saturated, lower_saturated), SATURATED, CONVERGED)
+    return finish_ratio(lp, lower, upper, status, lower_at_one)
 
 
 def log_of_sum(first, a, b, other, offset):

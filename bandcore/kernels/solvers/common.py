@@ -28,6 +28,18 @@ def finish(lp, lower, upper, status, lower_at_one):
     return lower, upper, status
 
 
+def finish_ratio(lp, lower, upper, status, lower_at_one):
+    """:func:`finish` for ratio bounds: p = 1 -> (e^lower_at_one, 1), p = 0 -> (0, inf), invalid -> NaN."""
+    invalid = xp.logical_not(lp <= 0.0)
+    at_one = lp == 0.0
+    at_zero = lp == -xp.inf
+    special = xp.logical_or(at_one, at_zero)
+    lower = xp.where(invalid, xp.nan, xp.where(at_one, xp.exp(lower_at_one), xp.where(at_zero, 0.0, lower)))
+    upper = xp.where(invalid, xp.nan, xp.where(at_one, 1.0, xp.where(at_zero, xp.inf, upper)))
+    status = xp.where(invalid, INVALID_INPUT, xp.where(special, SATURATED, status))
+    return lower, upper, status
+
+
 def _regular(lp):
     """(log p, log(1-p)) with the non-regular entries (0, -inf, NaN, > 0) replaced by p = e^-1."""
     lps = xp.where(xp.logical_and(lp < 0.0, lp > -xp.inf), lp, -1.0)
@@ -69,6 +81,9 @@ def seed_pair(lp, seed):
 
 #: kind -> bounds function name (the entry points of a bound instance)
 ENTRY_POINTS = {"generic": "generic_bounds", "kl": "kl_bounds", "tv": "tv_bounds", "pearson": "pearson_bounds"}
+#: kind -> a bounds function (same arguments as ENTRY_POINTS[kind]) that returns the ratios (r_lo, r_up, status)
+#: directly; the other kinds' ratios are exp of their log bounds
+RATIO_ENTRY_POINTS = {"tv": "tv_ratio_bounds", "pearson": "pearson_ratio_bounds"}
 #: kind -> the branch-free seeded pass run before ENTRY_POINTS[kind] (which then solves only the tokens it marks
 #: NOT_CONVERGED); the closed forms have none
 POLISHED = {"generic": "generic_polished_bounds", "kl": "kl_polished_bounds"}
