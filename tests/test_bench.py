@@ -442,7 +442,7 @@ def test_table_rows_use_the_numba_kernel_at_every_size(monkeypatch):
     x = np.log(np.linspace(0.01, 0.99, 100))
     for method in methods:
         method.timed(torch.from_numpy(x) if method.torch_input else x)
-        method.logs(x)
+        method.values(x)
     assert seen == ["numba"] * 4
 
 
@@ -607,3 +607,15 @@ def test_exact_rows_of_a_user_generator_sit_beside_the_same_solver(clock_run):
     assert bench_cost.solver_of(user) == bench_cost.solver_of("js") == "generic" != bench_cost.solver_of("kl")
     assert {v for (_, kind), v in chosen.items() if kind == "exact"} == {"js"}
     assert {v for (_, kind), v in chosen.items() if kind == "table"} == {"kl"}
+
+
+def test_ratio_error_treats_a_rounded_underflow_or_overflow_as_exact():
+    from bandcore.tools.bench import rel_ratio_error
+
+    exact = np.array([-800.0, -740.0, 720.0, -1.0, -1.0, -800.0, 720.0, -50.0])
+    approx = np.array([0.0, np.exp(-740.0), np.inf, np.exp(-1.0), np.exp(-1.0) * (1 + 1e-9), 2.0**-51, 1e300, 0.0])
+    err = rel_ratio_error(approx, exact)
+    assert err[:4].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert err[4] == pytest.approx(1e-9, rel=1e-6)  # a normal ratio: |Δ log r| / max(1, |log r|)
+    assert err[5] == pytest.approx(abs(-51 * math.log(2) + 800) / 800)  # not the rounded value: its log error
+    assert err[6] > 0 and err[7] == np.inf  # a finite ratio where it overflows; 0 for a normal ratio

@@ -32,7 +32,9 @@ two times (``nearest_catalogue``).
 
 **Accuracy** is measured once per divergence, on ``oracle_points`` float64 points shared among the
 distributions of the run (quantiles of each plus log-uniform points over its range), against the 50-digit
-mpmath oracle as :math:`|\Delta \log r| / \max(1, |\log r|)`, and compared with each method's contract.  A
+mpmath oracle as :math:`|\Delta \log r| / \max(1, |\log r|)` (for ratio outputs where the ratio is a normal
+float; an underflowed or overflowed one must be the rounded exact value: :func:`rel_ratio_error`), and compared
+with each method's contract.  A
 non-finite error is ``None``.  **Peak memory** is measured in a fresh subprocess per (method, size)
 (:mod:`bandcore.tools.bench_memory`).  Tests never assert a time.
 """
@@ -160,10 +162,27 @@ def _error(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+#: exp(y) rounds to a subnormal or 0 below this y, and overflows above the other one.
+_LOG_MIN_NORMAL, _LOG_MAX = math.log(np.finfo(np.float64).tiny), math.log(np.finfo(np.float64).max)
+
+
+def rel_ratio_error(approx: np.ndarray, exact_log: np.ndarray) -> np.ndarray:
+    """The contract's measure for ratio bounds: :func:`rel_log_error` of log r, except that where the exact ratio
+    underflows (to a subnormal or 0) or overflows, ``approx`` equal to it (up to one subnormal step: the
+    oracle's log is rounded) has error 0."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        normal = (exact_log >= _LOG_MIN_NORMAL) & (exact_log <= _LOG_MAX)
+        err = rel_log_error(np.log(approx), exact_log)
+        expected = np.exp(exact_log)
+        rounded = (approx == expected) | (np.abs(approx - expected) <= 2.0 * np.finfo(np.float64).smallest_subnormal)
+    return np.where(~normal & rounded, 0.0, err)
+
+
 def _accuracy(method: Method, points: np.ndarray, exact: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
-    approx_lo, approx_up = method.logs(points)
-    err_lo = _error(rel_log_error(approx_lo, exact[0]).max())
-    err_up = _error(rel_log_error(approx_up, exact[1]).max())
+    approx_lo, approx_up = method.values(points)
+    measure = rel_ratio_error if method.ratios else rel_log_error
+    err_lo = _error(measure(approx_lo, exact[0]).max())
+    err_up = _error(measure(approx_up, exact[1]).max())
     worst = None if err_lo is None or err_up is None else max(err_lo, err_up)
     within = None if method.contract is None else worst is not None and worst <= method.contract
     return {

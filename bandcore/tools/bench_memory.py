@@ -36,7 +36,7 @@ def _memory_child(method: str, divergence: str, delta: float, n: int, threads: i
             table = BandTable.build(divergence, delta)
         fn, arg = table.log, x
     else:
-        from ..band import band_log
+        from ..band import band
 
         if method == "torch":
             import torch
@@ -46,7 +46,7 @@ def _memory_child(method: str, divergence: str, delta: float, n: int, threads: i
             arg = x
 
         def fn(a):
-            return band_log(a, divergence, delta, backend=method)
+            return band(a, divergence, delta, backend=method)
 
     fn(arg[:1000])  # imports, compilation / cache load
     Path("/proc/self/clear_refs").write_text("5")  # reset the VmHWM high-water mark

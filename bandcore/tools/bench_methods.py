@@ -1,16 +1,18 @@
 r"""What ``bandcore bench`` times: one :class:`Method` per way of computing the Band of one divergence.
 
 * ``published``: the published BandPO solver (:mod:`bandcore.tools.published`, torch; KL, TV and Pearson);
-* ``numpy``, ``numba``, ``torch``: the exact solver through the public function, ``band_log(x, div, delta,
-  backend=b)`` (its argument checks included).  NumPy is single-threaded;
+* ``numpy``, ``numba``, ``torch``: the exact solver through the public function, ``band(x, div, delta,
+  backend=b)`` (its argument checks included): ratio bounds, the published solver's output.  NumPy is
+  single-threaded;
 * ``table``, ``table-torch``: the certified lookup table (:class:`bandcore.BandTable`, the shipped one when
   there is one) on a NumPy array and on a CPU tensor; both run its Numba kernel.
 
 Every method but ``numpy`` is ``threaded``: the benchmark times it on one thread and on the run's threads, torch
 and Numba set to the same count (:mod:`bandcore.tools.bench_threads`).
 
-Each method has a timed callable (float32 input) and a float64 one whose error against the mpmath oracle is the
-row's accuracy, and the contract that error must meet: :data:`EXACT_CONTRACT` for the exact backends, the
+Each method has a timed callable (float32 input) and the same call on float64 points (``values``, ratio bounds
+where ``ratios``, else log bounds), whose error against the mpmath oracle is the row's accuracy, and the
+contract that error must meet: :data:`EXACT_CONTRACT` for the exact backends, the
 table's certificate for a table, none for the published solver.
 """
 
@@ -39,9 +41,10 @@ class Method:
     kind: str  # "published", "exact" or "table"
     threaded: bool  # runs on the threads set (False: NumPy, single-threaded)
     timed: Callable[[Any], Any]  # on the float32 input (a tensor when torch_input)
-    logs: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # (log lower, log upper) on float64 points
+    values: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # (lower, upper) on float64 points
     torch_input: bool
     contract: float | None  # the largest error allowed (None: no contract)
+    ratios: bool  # values (and the timed call) are ratio bounds; else log bounds
 
 
 def _to_numpy(value: Any) -> np.ndarray:
@@ -59,32 +62,32 @@ def _published(divergence: str, delta: float) -> list[Method]:
     def timed(x: Any) -> Any:
         return published_band(x, divergence, delta)
 
-    def logs(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def values(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         lower, upper = published_band(torch.from_numpy(points), divergence, delta)
-        with np.errstate(divide="ignore"):  # a lower bound of 0 is log r = -inf
-            return np.log(lower.numpy()), np.log(upper.numpy())
+        return lower.numpy(), upper.numpy()
 
-    return [Method("published", "published", True, timed, logs, True, None)]
+    return [Method("published", "published", True, timed, values, True, None, True)]
 
 
 def _exact(divergence: str, delta: float) -> list[Method]:
     import torch
 
-    from ..band import band_log
+    from ..band import band
 
     methods = []
     for backend in BACKENDS:
         torch_input = backend == "torch"
 
         def timed(x: Any, backend: str = backend) -> Any:
-            return band_log(x, divergence, delta, backend=backend)
+            return band(x, divergence, delta, backend=backend)
 
-        def logs(points: np.ndarray, backend: str = backend, torch_input: bool = torch_input):
+        def values(points: np.ndarray, backend: str = backend, torch_input: bool = torch_input):
             arg = torch.from_numpy(points) if torch_input else points
-            lower, upper = band_log(arg, divergence, delta, backend=backend)
+            lower, upper = band(arg, divergence, delta, backend=backend)
             return _to_numpy(lower), _to_numpy(upper)
 
-        methods.append(Method(backend, "exact", backend != "numpy", timed, logs, torch_input, EXACT_CONTRACT))
+        methods.append(Method(backend, "exact", backend != "numpy", timed, values, torch_input, EXACT_CONTRACT,
+                              True))  # fmt: skip
     return methods
 
 
@@ -114,8 +117,8 @@ def _tables(divergence: str, delta: float) -> tuple[list[Method], dict[str, Any]
 
     certified = table.max_rel_error
     methods = [
-        Method("table", "table", True, numba_log, numba_log, False, certified),
-        Method("table-torch", "table", True, numba_log, logs_torch, True, certified),
+        Method("table", "table", True, numba_log, numba_log, False, certified, False),
+        Method("table-torch", "table", True, numba_log, logs_torch, True, certified, False),
     ]
     return methods, info
 
