@@ -37,7 +37,7 @@ from .grid import KernelBound
 from .seeds import NO_SEED, seed_table
 
 __all__ = ["can_select", "lower_at_one", "numba_module", "run_lookup", "run_lookup_torch", "run_numba", "seed",
-           "solve_arrays", "solve_ratio_arrays", "solver_kind", "solver_module", "torch_seed"]
+           "solve_arrays", "solve_left", "solve_ratio_arrays", "solver_kind", "solver_module", "torch_seed"]
 
 _NORMALISED = {"kl": "-log(u)", "tv": "abs(u - 1)/2", "pearson": "(u - 1)**2"}
 
@@ -130,7 +130,7 @@ def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: f
     if can_select(lp):
         if bool(redo.any()):
             lower, upper, status = lower + 0.0, upper + 0.0, status + 0.0  # own copies, written below
-            lower[redo], upper[redo], status[redo] = _refined_then_solve(module, kind, lp[redo], delta, at_one, seed)
+            lower[redo], upper[redo], status[redo] = solve_left(module, kind, lp[redo], delta, at_one, seed)
         return lower, upper, status
     lower_again, upper_again, status_again = solve(lp, delta, at_one, seed)
     return xp.where(redo, lower_again, lower), xp.where(redo, upper_again, upper), xp.where(redo, status_again, status)
@@ -145,9 +145,9 @@ def solve_ratio_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_
     return module.xp.exp(lower), module.xp.exp(upper), status
 
 
-def _refined_then_solve(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple) -> tuple:
+def solve_left(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple) -> tuple:
     """The :data:`.solvers.common.REFINED` pass of ``kind`` (if any), then the safeguarded solver on the tokens it
-    left; for the tokens the polished pass left (selected: NumPy or CPU tensors)."""
+    left; for the tokens the polished pass left (selected: NumPy arrays or CPU tensors)."""
     solve = getattr(module, module.ENTRY_POINTS[kind])
     if kind not in module.REFINED:
         return solve(lp, delta, at_one, seed)
