@@ -94,7 +94,9 @@ def header(settings: dict[str, Any], distributions: dict[str, str]) -> dict[str,
         ),
         "generators": distributions,
         "accuracy_measure": "max |Δ log r| / max(1, |log r|) vs the mpmath oracle (50 digits), float64 inputs "
-        "drawn from every distribution of the run",
+        "drawn from every distribution of the run (a ratio that under- or overflows must be the rounded exact one)",
+        "outputs": "every row computes ratio bounds (r_lo, r_up) from float32 log-probs, in float32: the published "
+        "solver, bandcore's exact rows (band()) and its tables (BandTable.__call__)",
         "copy": copy_roofline(threads, 3),
         "blocks": [],
         "results": [],

@@ -5,7 +5,8 @@ r"""What ``bandcore bench`` times: one :class:`Method` per way of computing the 
   backend=b)`` (its argument checks included): ratio bounds, the published solver's output.  NumPy is
   single-threaded;
 * ``table``, ``table-torch``: the certified lookup table (:class:`bandcore.BandTable`, the shipped one when
-  there is one) on a NumPy array and on a CPU tensor; both run its Numba kernel.
+  there is one) on a NumPy array and on a CPU tensor, ``table(x, backend="numba")``: ratio bounds too; both run
+  its Numba kernel.
 
 Every method but ``numpy`` is ``threaded``: the benchmark times it on one thread and on the run's threads, torch
 and Numba set to the same count (:mod:`bandcore.tools.bench_threads`).
@@ -108,17 +109,17 @@ def _tables(divergence: str, delta: float) -> tuple[list[Method], dict[str, Any]
         "certified_max_rel_error": table.max_rel_error,
     }
 
-    def numba_log(x: Any) -> Any:  # the Numba kernel at every size ("auto" reads small inputs with NumPy)
-        return table.log(x, backend="numba")
+    def numba_ratio(x: Any) -> Any:  # the Numba kernel at every size ("auto" reads small inputs with NumPy)
+        return table(x, backend="numba")
 
-    def logs_torch(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        lower, upper = numba_log(torch.from_numpy(points))
+    def values_torch(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lower, upper = numba_ratio(torch.from_numpy(points))
         return lower.numpy(), upper.numpy()
 
     certified = table.max_rel_error
     methods = [
-        Method("table", "table", True, numba_log, numba_log, False, certified, False),
-        Method("table-torch", "table", True, numba_log, logs_torch, True, certified, False),
+        Method("table", "table", True, numba_ratio, numba_ratio, False, certified, True),
+        Method("table-torch", "table", True, numba_ratio, values_torch, True, certified, True),
     ]
     return methods, info
 

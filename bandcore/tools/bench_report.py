@@ -85,6 +85,7 @@ def _header(report: dict[str, Any]) -> list[str]:
         f", {end[0]:g} at the end" if end else "")  # fmt: skip
     if "run_seconds" in machine:
         load += f"; the run took {machine['run_seconds']:.0f} s ({machine['run_cpu_seconds']:.0f} s of CPU)"
+    outputs = f"Outputs: {report['outputs']}. " if "outputs" in report else ""  # (runs saved before it was said)
     lines = [
         f"{machine['cpu_count']} CPUs ({machine['processor']}){load}; threads: {report['thread_note']}.",
         "Threads per side: " + "; ".join(f"{k}: {v}" for k, v in report["thread_setting"].items()) + ".",
@@ -92,7 +93,7 @@ def _header(report: dict[str, Any]) -> list[str]:
         f"1 thread); × published: over the divergence's published solver, or (KL) the published KL solver of "
         f"the same run, at equal threads.",
         f"Roofline: copy of {copy['array_bytes'] / 2**20:g} MiB arrays: {copies} -> {copy['gb_per_s']:.1f} GB/s.",
-        f"Inputs: float32 log-probs, δ = {report['delta']}, seed {report['seed']}. "
+        f"Inputs: float32 log-probs, δ = {report['delta']}, seed {report['seed']}. {outputs}"
         f"Error: {report['accuracy_measure']}, on {report['accuracy_points']} points.",
         f"bandcore {report['bandcore_version']}, Python {machine['python']}, NumPy {machine['numpy']}, "
         f"torch {machine['torch']}, Numba {machine['numba']}; {machine['platform']}; {report['date']}.",
