@@ -178,25 +178,112 @@ _OUTLINED = ("generic_bounds", "upper_root", "kl_bounds", "kl_upper_root", "gene
 # Lookup tables
 # ------------------------------------------------------------------------------------------------------------
 
-#: One block of tokens [first, last) of a table, through views of the block (as :data:`_BLOCK`), with the bounds'
-#: ``fm``/``im`` by value; returns how many log p are above ``tol``.
+#: One bound on a block of tokens, in three loops: the variable of each token's cell and its octave
+#: (vectorised); the cells' gathers (a scalar loop: LLVM does not vectorise gathers; unsigned indices, so that
+#: Numba adds no negative-index wraparound); the ends and the bound's transform with the fast ops, branch-free
+#: (vectorised), flagging the tokens it leaves pending (:func:`.lookup.bound_cheap`, tails), which
+#: :data:`_TABLE_PENDING` finishes.  Split in three, the scalar loop's dependency chain is short, so consecutive
+#: tokens' gathers overlap.  The loops that depend on the kind are inlined once per kind under a branch on it
+#: (KINDS), so that LLVM folds every test of the kind inside them and vectorises each; Numba compiles them once.
+_TABLE_BOUND = '''
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def table_bound(Ls, bound, x, o, inner, out):
+    fm, im, off, shift, cells = bound
+    if im[0] >= 4:
+        table_octaves(Ls, fm, im, off.shape[0], x, o)
+    else:
+        table_octaves(Ls, fm, im, off.shape[0], x, o)
+    for j in range(Ls.size):
+        c = cell_in(x[j], np.uint64(o[j]), off, shift, cells.shape[0])
+        inner[j] = cubic(x[j], cells, np.uint64(c))
+    pending = 0
+KINDS
+    if pending:
+        table_pending(Ls, fm, im, x, o, inner, out)
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
+def table_octaves(Ls, fm, im, n_octaves, x, o):
+    for j in range(Ls.size):
+        xj, e_a, first = part_grid(Ls[j], fm, im)
+        x[j] = xj
+        o[j] = octave_entry(xj, e_a, first, n_octaves)
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
+def table_finish(Ls, fm, im, inner, o, out):
+    pending = 0
+    for j in range(Ls.size):
+        y, later = bound_cheap(Ls[j], inner[j], fm, im)
+        out[j] = y
+        flag = later | in_tail(Ls[j], fm, im)
+        o[j] = flag
+        pending += flag
+    return pending
+'''
+#: The pending tokens of a block (flagged in ``o``): their indices, L and cell values packed to the front
+#: (branch-free), :func:`.lookup.bound_pending` on them (vectorised; a split upper bound's near part only),
+#: then :data:`_TABLE_STORE`.
+_TABLE_PENDING = '''
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
+def table_pending(Ls, fm, im, x, o, inner, out):
+    k = 0
+    for j in range(Ls.size):
+        flag = o[j]
+        o[k] = j
+        x[k] = Ls[j]
+        inner[k] = inner[j]
+        k += flag
+    if im[0] == 5:
+        for i in range(k):
+            x[i] = bound_pending(x[i], inner[i], fm, im)
+    table_store(Ls, fm, im, x, o, k, out)
+'''
+#: Stores the ``k`` pending values ``y`` (a split upper bound's; any other kind's are stored already) at their
+#: indices ``o``, replaced by the tail where a token lies in one (a Newton solve, five logarithms: only for the
+#: tokens there).  One function for every kind (not inlined: compiled once).
+_TABLE_STORE = '''
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def table_store(Ls, fm, im, y, o, k, out):
+    for i in range(k):
+        j = np.uint64(o[i])
+        L = Ls[j]
+        value = y[i] if im[0] == 5 else out[j]
+        if in_tail(L, fm, im):
+            value = tail_log(L, value, fm, im)
+        out[j] = value
+'''
+#: A block of tokens [first, last), through views of the block (as :data:`_BLOCK`): the lower bound, the upper
+#: bound (sharing the block's buffers), then the count of log p above ``tol``.
 _TABLE_BLOCK = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def table_block(log_p, first, last, lower, upper, tol, out_lo, out_up):
-    lower = by_value(lower)
-    upper = by_value(upper)
     lps = log_p[first:last]
-    lo_out = out_lo[first:last]
-    up_out = out_up[first:last]
+    Ls = np.empty(lps.size)
+    x = np.empty(BLOCK)
+    o = np.empty(BLOCK, dtype=np.int64)
+    inner = np.empty(BLOCK)
+    y = np.empty(BLOCK)
+    for j in range(lps.size):
+        Ls[j] = minus_log_p(np.float64(lps[j]))
+    table_bound(Ls, by_value(lower), x, o, inner, y)
+    table_store_block(lps, tol, y, out_lo[first:last])
+    table_bound(Ls, by_value(upper), x, o, inner, y)
+    table_store_block(lps, tol, y, out_up[first:last])
     above = 0
     for j in range(lps.size):
-        lp = np.float64(lps[j])
-        above += lp > tol
-        lo, up = table_bounds(lp, lower, upper, tol)
-        lo_out[j] = lo
-        up_out[j] = up
+        above += lps[j] > tol
     return above
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
+def table_store_block(lps, tol, y, out):
+    for j in range(lps.size):
+        out[j] = y[j] if lps[j] <= tol else np.nan
 '''
 _TABLE_DRIVER = '''
 
@@ -209,11 +296,22 @@ def table_kernel{suffix}(log_p, lower, upper, tol, out_lo, out_up):
         above += table_block(log_p, block * BLOCK, min(block * BLOCK + BLOCK, n), lower, upper, tol, out_lo, out_up)
     return above
 '''
+#: The bound kinds of :mod:`.lookup` (module docstring).
+_KINDS = range(6)
+
+
+def _table_drivers() -> str:
+    """:data:`_TABLE_BOUND` with a branch per kind, the block and the drivers."""
+    branch = "    {} im[0] == {}:\n        pending = table_finish(Ls, fm, im, inner, o, out)"
+    kinds = "\n".join(branch.format("if" if kind == 0 else "elif", kind) for kind in _KINDS)
+    bound = _TABLE_BOUND.replace("KINDS\n", kinds + "\n")
+    return _TABLE_STORE + _TABLE_PENDING + bound + _TABLE_BLOCK + _drivers(_TABLE_DRIVER)
 
 
 @lru_cache(maxsize=1)
 def lookup_module() -> ModuleType:
-    """The generated, compiled module of the table lookup (:data:`_TABLE_DRIVER`)."""
-    drivers = _by_value() + _TABLE_BLOCK + _drivers(_TABLE_DRIVER)
-    source = generated_source([(lookup, True)], "numba_ops", [f"BLOCK = {BLOCK}"], drivers, inline=True)
+    """The generated module of the table lookup (:data:`_TABLE_DRIVER`), with the fast ops
+    (:mod:`.numba_fast_ops`) and every select computed, so that the vectorised loops vectorise."""
+    drivers = _by_value() + _table_drivers()
+    source = generated_source([(lookup, False)], "numba_fast_ops", [f"BLOCK = {BLOCK}"], drivers, inline=True)
     return load_generated(source, "bandcore_numba_lookup")
