@@ -29,7 +29,8 @@ reaches 0; :math:`\log r = \log F`); 2 — :math:`\log(-\log r)` (a lower bound 
 otherwise the end value; right of :math:`b` a saturated side returns :math:`-\infty` (:math:`r = 0`),
 otherwise the end tangent in :math:`L`.
 
-**Bounds split at a saturation threshold** (:func:`split_bound_log`, kinds 4 — lower — and 5 — upper).
+**Bounds split at a saturation threshold** (:func:`split_lower`, :func:`bound_pending`; kinds 4 — lower — and
+5 — upper).
 Where the bound is singular at its threshold :math:`L^*` (e.g. :math:`r \sim \lambda/\log(1/\lambda)`), it is
 stored in two parts: a *far* part in :math:`L` (kind 1's :math:`r` for a lower bound, kind 0's :math:`\log r`
 for an upper one) on :math:`[a, m]` (lower) or :math:`[m, b]` (upper), and a *near* part in the distance
@@ -54,6 +55,16 @@ upper bound of a generator growing like :math:`e^{bu}` (:math:`r \approx (L + \l
 A bound's arrays are ``(fm, im, off, shift, cells)``: ``fm = (a, b, F(a), F(b), F'(b))``,
 ``im = (kind, saturated left of a, saturated right of b, e_a)``, ``off``/``shift`` (= 52 − level) per octave
 and ``cells`` rows :math:`(L_c, 1/w, c_0, c_1, c_2, c_3)`.
+
+**Evaluation in steps** (:func:`bound_log`), so that the Numba driver (:mod:`.drivers`) can run each step as a
+loop of its own over a block of tokens: :func:`part_grid` (the variable x of the token's cell — L, or λ in a split
+bound's near part — and that part's grid) and :func:`octave_entry`, arithmetic on bits (vectorised);
+:func:`cell_in` and :func:`cubic`, the gathers (a scalar loop); :func:`bound_cheap`, the ends (:func:`ends`) and
+the bound's transform, branch-free with one transcendental at most (vectorised), which leaves *pending* the near
+part of a split upper bound above its threshold (``log1p(-exp(.))`` of a logarithm: three transcendentals,
+:func:`bound_pending`, run by the driver on those tokens only, packed) and the tails (:func:`in_tail`,
+:func:`tail_log`: a Newton solve, run on the tokens in a tail only).  NumPy and torch run the same steps on whole
+arrays (:func:`bound_from_cell` merges the pending values by a select), with the same arithmetic as one pass.
 """
 
 from __future__ import annotations
