@@ -270,8 +270,9 @@ def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dt
                backend: str = "numba") -> tuple[np.ndarray, np.ndarray, int]:
     """(log r_lo, log r_up, count of log p > tol) of a table for a flat float32/float64 array.
 
-    ``backend="numba"``: one parallel pass reading the input in its own dtype (the only allocations are the
-    outputs); ``"numpy"``: the same source vectorised (imports no Numba).  Above ``tol`` the bounds are NaN.
+    ``backend="numba"``: one parallel pass reading the input in its own dtype (besides the outputs, one small
+    buffer per run of blocks; :mod:`.drivers`); ``"numpy"``: the same source vectorised (imports no Numba).
+    Above ``tol`` the bounds are NaN.
     """
     if backend == "numba":
         out_lo = np.empty(log_p.shape, dtype=out_dtype)

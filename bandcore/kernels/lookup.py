@@ -29,7 +29,8 @@ reaches 0; :math:`\log r = \log F`); 2 — :math:`\log(-\log r)` (a lower bound 
 otherwise the end value; right of :math:`b` a saturated side returns :math:`-\infty` (:math:`r = 0`),
 otherwise the end tangent in :math:`L`.
 
-**Bounds split at a saturation threshold** (:func:`split_bound_log`, kinds 4 — lower — and 5 — upper).
+**Bounds split at a saturation threshold** (:func:`split_lower`, :func:`bound_pending`; kinds 4 — lower — and
+5 — upper).
 Where the bound is singular at its threshold :math:`L^*` (e.g. :math:`r \sim \lambda/\log(1/\lambda)`), it is
 stored in two parts: a *far* part in :math:`L` (kind 1's :math:`r` for a lower bound, kind 0's :math:`\log r`
 for an upper one) on :math:`[a, m]` (lower) or :math:`[m, b]` (upper), and a *near* part in the distance
@@ -54,47 +55,146 @@ upper bound of a generator growing like :math:`e^{bu}` (:math:`r \approx (L + \l
 A bound's arrays are ``(fm, im, off, shift, cells)``: ``fm = (a, b, F(a), F(b), F'(b))``,
 ``im = (kind, saturated left of a, saturated right of b, e_a)``, ``off``/``shift`` (= 52 − level) per octave
 and ``cells`` rows :math:`(L_c, 1/w, c_0, c_1, c_2, c_3)`.
+
+**Evaluation in steps** (:func:`bound_log`), so that the Numba driver (:mod:`.drivers`) can run each step as a
+loop of its own over a block of tokens: :func:`part_grid` (the variable x of the token's cell — L, or λ in a split
+bound's near part — and that part's grid) and :func:`octave_entry`, arithmetic on bits (vectorised);
+:func:`cell_in` and :func:`cubic`, the gathers (a scalar loop); :func:`bound_cheap`, the ends (:func:`ends`) and
+the bound's transform, branch-free with one transcendental at most (vectorised), which leaves *pending* the near
+part of a split upper bound above its threshold (``log1p(-exp(.))`` of a logarithm: three transcendentals,
+:func:`bound_pending`, run by the driver on those tokens only, packed) and the tails (:func:`in_tail`,
+:func:`tail_log`: a Newton solve, run on the tokens in a tail only).  NumPy and torch run the same steps on whole
+arrays (:func:`bound_from_cell` merges the pending values by a select), with the same arithmetic as one pass.
 """
 
 from __future__ import annotations
 
 from .ops import numpy_ops as xp  # rebound per backend by .backends
 
-__all__ = ["bound_log", "interpolate", "split_bound_log", "table_bounds"]
+__all__ = ["bound_cheap", "bound_from_cell", "bound_log", "bound_pending", "cell_in", "cell_value", "cubic", "in_tail",
+           "interpolate", "minus_log_p", "octave_entry", "part_grid", "table_bounds", "tail_log"]
 
 MANTISSA = 0xFFFFFFFFFFFFF  # the 52 mantissa bits of a float64
+
+
+def octave_entry(x, e_a, first, n_octaves):
+    """The entry of ``off``/``shift`` of x's octave (from its exponent bits, counted from ``e_a``'s; the grid's
+    octaves start at entry ``first``), clamped to the entries: no gathers."""
+    bits = xp.float_bits(x)
+    return xp.minimum(xp.maximum((bits >> 52) - (1023 + e_a), 0) + first, n_octaves - 1)
+
+
+def cell_in(x, o, off, shift, n_cells):
+    """The index of x's cell in octave entry ``o``: the top mantissa bits; clamped to the cells."""
+    return xp.minimum(xp.maximum(off[o] + ((xp.float_bits(x) & MANTISSA) >> shift[o]), 0), n_cells - 1)
+
+
+def cell_of(x, e_a, first, off, shift, n_cells):
+    """The index of x's cell (:func:`octave_entry`, then :func:`cell_in`)."""
+    return cell_in(x, octave_entry(x, e_a, first, off.shape[0]), off, shift, n_cells)
+
+
+def cubic(x, cells, c):
+    """The Hermite cubic of cell ``c`` at x (inside the cell; its Horner form in s)."""
+    s = (x - cells[c, 0]) * cells[c, 1]
+    return cells[c, 2] + s * (cells[c, 3] + s * (cells[c, 4] + s * cells[c, 5]))
+
+
+def ends(x, inner, a, b, f_a, f_b, slope_b):
+    """F(x) of a grid on [a, b] from the cubic ``inner`` of x's cell: the end value left of a, the end tangent
+    right of b."""
+    tangent = slope_b * (x - b)
+    right = f_b + xp.where(xp.isnan(tangent), 0.0, tangent)  # a zero end slope at x = inf: 0 * inf
+    return xp.where(x <= a, f_a, xp.where(x >= b, right, inner))
 
 
 def interpolate(L, fm, im, off, shift, cells, first=0):
     """F(L) for L in [a, b]: the Hermite cubic of L's cell; the end value left of a, the end tangent right of b.
     The grid's octaves start at entry ``first`` of ``off``/``shift`` (a split bound's near part)."""
-    bits = xp.float_bits(L)
-    o = xp.minimum(xp.maximum((bits >> 52) - (1023 + im[3]), 0) + first, off.shape[0] - 1)  # octave, from a's
-    c = xp.minimum(xp.maximum(off[o] + ((bits & MANTISSA) >> shift[o]), 0), cells.shape[0] - 1)
-    s = (L - cells[c, 0]) * cells[c, 1]
-    inner = cells[c, 2] + s * (cells[c, 3] + s * (cells[c, 4] + s * cells[c, 5]))
-    tangent = fm[4] * (L - fm[1])
-    right = fm[3] + xp.where(xp.isnan(tangent), 0.0, tangent)  # a zero end slope at L = inf: 0 * inf
-    return xp.where(L <= fm[0], fm[2], xp.where(L >= fm[1], right, inner))
+    inner = cubic(L, cells, cell_of(L, im[3], first, off, shift, cells.shape[0]))
+    return ends(L, inner, fm[0], fm[1], fm[2], fm[3], fm[4])
 
 
-def split_bound_log(L, fm, im, off, shift, cells):
-    """log r of a bound split at its saturation threshold (kinds 4 and 5; module docstring)."""
-    far = interpolate(L, fm, im, off, shift, cells)
+def split_part(L, fm, im):
+    """(near, x) of a split bound (kinds 4 and 5): whether L is read from the near part, and the variable of
+    the part it is read from (lambda, or L)."""
     if im[0] == 4:
+        near = L >= fm[1]
         lam = (fm[14] - L) + fm[15]  # lower: lambda = L* - L, L* = fm[14] + fm[15] (double-double)
     else:
+        near = L < fm[0]
         lam = (L - fm[14]) - fm[15]  # upper: lambda = L - L*
-    g = interpolate(lam, fm[9:14], im[8:12], off, shift, cells, im[6])
-    log_u = g + fm[16] * xp.log(xp.maximum(lam, fm[9]))
+    return near, xp.where(near, lam, L)
+
+
+def part_grid(L, fm, im):
+    """(x, e_a, first) of a bound at L: the variable its cell is read at (a split bound: lambda in its near part,
+    else L) and that part's grid (the octave of its first end, its first entry of ``off``/``shift``)."""
+    if im[0] < 4:
+        return L, im[3], 0
+    near, x = split_part(L, fm, im)
+    return x, im[3] + near * (im[11] - im[3]), near * im[6]
+
+
+def cell_value(L, fm, im, off, shift, cells):
+    """The cubic of the cell a bound reads at L (a split bound: of its near or its far part), before the ends
+    and the bound's transform (:func:`bound_from_cell`): all the gathers of a bound."""
+    x, e_a, first = part_grid(L, fm, im)
+    return cubic(x, cells, cell_of(x, e_a, first, off, shift, cells.shape[0]))
+
+
+def bound_from_cell(L, inner, fm, im):
+    """log r of a bound at L from its :func:`cell_value` ``inner`` (no gathers; tails apart)."""
+    y, pending = bound_cheap(L, inner, fm, im)
+    if im[0] == 5:
+        y = xp.where(pending, bound_pending(L, inner, fm, im), y)
+    return y
+
+
+def bound_cheap(L, inner, fm, im):
+    """(log r, pending) of a bound at L from its :func:`cell_value`: log r is final except where ``pending``, the
+    near part of a split upper bound above its threshold, which takes :func:`bound_pending` (three
+    transcendentals, for the few tokens there)."""
+    if im[0] == 5:
+        near, _, f = part_ends(L, inner, fm, im)
+        y = xp.where(L <= fm[14], L, xp.minimum(xp.maximum(f, 0.0), L))
+        return y, xp.logical_and(near, L > fm[14])
     if im[0] == 4:
-        y_far = xp.where(far > 0.0, xp.log(xp.minimum(far, 1.0)), -xp.inf)
-        y = xp.where(L < fm[1], y_far, xp.minimum(log_u, 0.0))
-        return xp.where(L >= fm[14], -xp.inf, y)
-    y_far = xp.minimum(xp.maximum(far, 0.0), L)
-    y_near = xp.minimum(xp.maximum(L + xp.log1p(-xp.exp(xp.minimum(log_u, 0.0))), 0.0), L)  # 1 - q = u
-    y = xp.where(L >= fm[0], y_far, y_near)
-    return xp.where(L <= fm[14], L, y)
+        return split_lower(L, inner, fm, im), False
+    return plain_bound(L, ends(L, inner, fm[0], fm[1], fm[2], fm[3], fm[4]), fm, im), False
+
+
+def bound_pending(L, inner, fm, im):
+    """log r of a bound at L where :func:`bound_cheap` leaves it pending: log r = L + log(1 - u), u = 1 - q
+    (module docstring); other kinds: their :func:`bound_cheap` value."""
+    if im[0] != 5:
+        return bound_cheap(L, inner, fm, im)[0]
+    _, x, f = part_ends(L, inner, fm, im)
+    log_u = f + fm[16] * xp.log(xp.maximum(x, fm[9]))
+    return xp.minimum(xp.maximum(L + xp.log1p(-xp.exp(xp.minimum(log_u, 0.0))), 0.0), L)
+
+
+def part_ends(L, inner, fm, im):
+    """(near, x, F(x)) of a split bound at L (kinds 4 and 5): its part, the part's variable and function value
+    (:func:`ends` of that part)."""
+    near, x = split_part(L, fm, im)
+    f = ends(x, inner, xp.where(near, fm[9], fm[0]), xp.where(near, fm[10], fm[1]), xp.where(near, fm[11], fm[2]),
+             xp.where(near, fm[12], fm[3]), xp.where(near, fm[13], fm[4]))  # fmt: skip
+    return near, x, f
+
+
+def split_lower(L, inner, fm, im):
+    """log r of a lower bound split at its saturation threshold (kind 4; module docstring): one logarithm, of
+    lambda (near part: log r = G + gamma log lambda) or of F (far part: log r = log F)."""
+    near, x, f = part_ends(L, inner, fm, im)
+    log_x = xp.log(xp.where(near, xp.maximum(x, fm[9]), xp.minimum(f, 1.0)))
+    y = xp.where(near, xp.minimum(f + fm[16] * log_x, 0.0), xp.where(f > 0.0, log_x, -xp.inf))
+    return xp.where(L >= fm[14], -xp.inf, y)
+
+
+def in_tail(L, fm, im):
+    """Whether L lies in one of the bound's logarithmic tails (where :func:`tail_log` replaces log r)."""
+    return xp.logical_or(xp.logical_and(im[4] == 1, L < fm[0]), xp.logical_and(im[5] != 0, L > fm[1]))
 
 
 def tail_log(L, y, fm, im):
@@ -115,19 +215,16 @@ def tail_log(L, y, fm, im):
 
 
 def bound_log(L, fm, im, off, shift, cells):
-    """log r of one tabulated bound at L = -log p >= 0 (module docstring)."""
-    if im[0] >= 4:
-        y = split_bound_log(L, fm, im, off, shift, cells)
-    else:
-        y = plain_bound_log(L, fm, im, off, shift, cells)
+    """log r of one tabulated bound at L = -log p >= 0 (module docstring): the gathers (:func:`cell_value`), the
+    bound's transform (:func:`bound_from_cell`) and its tails."""
+    y = bound_from_cell(L, cell_value(L, fm, im, off, shift, cells), fm, im)
     if len(im) > 4:
         y = tail_log(L, y, fm, im)
     return y
 
 
-def plain_bound_log(L, fm, im, off, shift, cells):
-    """log r of a bound of kind 0 to 3 (module docstring)."""
-    f = interpolate(L, fm, im, off, shift, cells)
+def plain_bound(L, f, fm, im):
+    """log r of a bound of kind 0 to 3 from its stored function ``f`` at L (module docstring)."""
     if im[0] == 0:
         y = xp.minimum(xp.maximum(f, 0.0), L)  # 1 <= r_up <= 1/p
     elif im[0] == 1:
@@ -143,9 +240,14 @@ def plain_bound_log(L, fm, im, off, shift, cells):
     return y
 
 
+def minus_log_p(lp):
+    """L = -log p, with log p >= 0 (and NaN) read as L = 0: exact; -0.0 never reaches the bits."""
+    return xp.where(lp < 0.0, -lp, 0.0)
+
+
 def table_bounds(lp, lower, upper, tol):
     """(log r_lo, log r_up) of a table at log p; log p in (0, tol] reads as 0, above tol or NaN gives NaN."""
-    L = xp.where(lp < 0.0, -lp, 0.0)  # exact; -0.0 never reaches the bits
+    L = minus_log_p(lp)
     lo = bound_log(L, lower[0], lower[1], lower[2], lower[3], lower[4])
     up = bound_log(L, upper[0], upper[1], upper[2], upper[3], upper[4])
     bad = xp.logical_not(lp <= tol)
