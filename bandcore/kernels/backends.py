@@ -267,8 +267,9 @@ def run_numba(divergence: Divergence, old_log_prob: np.ndarray, delta: float, *,
 # ------------------------------------------------------------------------------------------------------------
 
 def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dtype: Any, tol: float,
-               backend: str = "numba") -> tuple[np.ndarray, np.ndarray, int]:
-    """(log r_lo, log r_up, count of log p > tol) of a table for a flat float32/float64 array.
+               backend: str = "numba", ratios: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
+    """(log r_lo, log r_up, count of log p > tol) of a table for a flat float32/float64 array; with ``ratios``
+    (r_lo, r_up), exp of the log bounds rounded once to ``out_dtype`` (in the Numba kernel's last loop).
 
     ``backend="numba"``: one parallel pass reading the input in its own dtype (besides the outputs, one small
     buffer per run of blocks; :mod:`.drivers`); ``"numpy"``: the same source vectorised (imports no Numba).
@@ -279,11 +280,12 @@ def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dt
         out_up = np.empty(log_p.shape, dtype=out_dtype)
         module = lookup_module()
         kernel = module.table_kernel if log_p.size > SERIAL_MAX else module.table_kernel_serial
-        above = kernel(log_p, lower.arrays(), upper.arrays(), tol, out_lo, out_up)
+        above = kernel(log_p, lower.arrays(), upper.arrays(), tol, ratios, out_lo, out_up)
         return out_lo, out_up, int(above)
     lp = log_p.astype(np.float64, copy=False)
     with np.errstate(all="ignore"):  # (also the cast: a bound beyond float32's range is its ±inf)
         lo, up = instance(lookup, "numpy").table_bounds(lp, lower.numpy_arrays(), upper.numpy_arrays(), tol)
+        lo, up = (np.exp(lo), np.exp(up)) if ratios else (lo, up)
         return lo.astype(out_dtype, copy=False), up.astype(out_dtype, copy=False), int(np.count_nonzero(lp > tol))
 
 

@@ -274,11 +274,12 @@ def table_store(Ls, fm, im, y, o, k, out):
 '''
 #: The blocks [first, last) of tokens, through views of each block (as :data:`_BLOCK`), with buffers allocated once
 #: for them all (an allocation per block cost ~0.5 ns/token): the lower bound, the upper bound (sharing the
-#: buffers), each stored with log p above ``tol`` as NaN, then the count of those.
+#: buffers), each stored (as its exp with ``ratios``: ratio bounds) with log p above ``tol`` as NaN, then the
+#: count of those.
 _TABLE_BLOCKS = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def table_blocks(log_p, first, last, lower, upper, tol, out_lo, out_up):
+def table_blocks(log_p, first, last, lower, upper, tol, ratios, out_lo, out_up):
     floats = np.empty(4 * BLOCK)
     Ls, x, inner, y = floats[:BLOCK], floats[BLOCK:2 * BLOCK], floats[2 * BLOCK:3 * BLOCK], floats[3 * BLOCK:]
     o = np.empty(BLOCK, dtype=np.int64)
@@ -288,34 +289,39 @@ def table_blocks(log_p, first, last, lower, upper, tol, out_lo, out_up):
         for j in range(lps.size):
             Ls[j] = minus_log_p(np.float64(lps[j]))
         table_bound(Ls[:lps.size], by_value(lower), x, o, inner, y)
-        table_store_block(lps, tol, y, out_lo[start:start + lps.size])
+        table_store_block(lps, tol, ratios, y, out_lo[start:start + lps.size])
         table_bound(Ls[:lps.size], by_value(upper), x, o, inner, y)
-        table_store_block(lps, tol, y, out_up[start:start + lps.size])
+        table_store_block(lps, tol, ratios, y, out_up[start:start + lps.size])
         for j in range(lps.size):
             above += lps[j] > tol
     return above
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
-def table_store_block(lps, tol, y, out):
-    for j in range(lps.size):
-        out[j] = y[j] if lps[j] <= tol else np.nan
+def table_store_block(lps, tol, ratios, y, out):
+    if ratios:  # two loops, so that neither computes what it does not store
+        for j in range(lps.size):
+            out[j] = xp.exp(y[j]) if lps[j] <= tol else np.nan
+    else:
+        for j in range(lps.size):
+            out[j] = y[j] if lps[j] <= tol else np.nan
 '''
 #: The tokens cut into CHUNKS runs of whole blocks (a run per task of the parallel loop: enough for the
 #: threads to balance, few enough that the buffers' allocations do not count).
 _TABLE_DRIVER = '''
 
 @njit(cache=True, parallel={parallel}, fastmath=FASTMATH, error_model="numpy")
-def table_kernel{suffix}(log_p, lower, upper, tol, out_lo, out_up):
-    """One pass: (log r_lo, log r_up) of a table in float64, stored in the output dtype; counts log p > tol."""
+def table_kernel{suffix}(log_p, lower, upper, tol, ratios, out_lo, out_up):
+    """One pass: (log r_lo, log r_up) of a table in float64 (their exp with ``ratios``), stored in the output
+    dtype; counts log p > tol."""
     n = log_p.shape[0]
     blocks = (n + BLOCK - 1) // BLOCK
     runs = min(blocks, CHUNKS)
     above = 0
     for run in {range}(runs):
         first = run * blocks // runs * BLOCK
-        above += table_blocks(log_p, first, min((run + 1) * blocks // runs * BLOCK, n), lower, upper, tol, out_lo,
-                              out_up)
+        above += table_blocks(log_p, first, min((run + 1) * blocks // runs * BLOCK, n), lower, upper, tol, ratios,
+                              out_lo, out_up)
     return above
 '''
 #: Runs of blocks per call of a table kernel (:data:`_TABLE_DRIVER`).

@@ -3,6 +3,7 @@ r"""The octave grid of a lookup table and the arrays :mod:`.lookup` reads (NumPy
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -74,8 +75,12 @@ class KernelBound:
     cells: np.ndarray
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(fm, im, off, shift, cells)`` as NumPy arrays (the Numba kernels' argument), ``fm``/``im`` padded with
-        zeros to :data:`FM_SIZE` / :data:`IM_SIZE` entries."""
+        """``(fm, im, off, shift, cells)`` as NumPy arrays (the Numba kernels' argument, which only read them),
+        ``fm``/``im`` padded with zeros to :data:`FM_SIZE` / :data:`IM_SIZE` entries; made once per bound."""
+        return self._kernel_arrays
+
+    @cached_property
+    def _kernel_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         fm = np.zeros(max(FM_SIZE, self.fmeta.size))
         im = np.zeros(max(IM_SIZE, self.imeta.size), dtype=np.int64)
         fm[: self.fmeta.size], im[: self.imeta.size] = self.fmeta, self.imeta

@@ -143,6 +143,14 @@ class BandTable:
         lookup imports no Numba), a tensor on an accelerator with torch; ``"numpy"``, ``"numba"``, ``"torch"``
         force one.  A torch input never raises: log p above the tolerance gives NaN (no host synchronisation).
         """
+        return self._bounds(old_log_prob, backend, False)
+
+    def __call__(self, old_log_prob, *, backend: str = "auto"):
+        """(lower, upper) ratio bounds: ``exp`` of :meth:`log` rounded once (lower 0 where saturated, upper 1/p);
+        the Numba kernel takes the exp in its last loop."""
+        return self._bounds(old_log_prob, backend, True)
+
+    def _bounds(self, old_log_prob, backend: str, ratios: bool):
         backend = check_backend(backend)
         if _is_torch(old_log_prob):
             import torch
@@ -154,8 +162,9 @@ class BandTable:
                 if backend == "torch" or (backend == "auto" and not on_cpu):
                     lp = tensor.to(torch.float64)
                     lo, up = eval_log_torch(lp, *self._torch_arrays(lp.device), _LOG_P_TOLERANCE)
+                    lo, up = (lo.exp(), up.exp()) if ratios else (lo, up)
                     return lo.to(dtype), up.to(dtype)
-                return self._log_cpu_tensor(tensor.cpu(), dtype, backend, tensor.device)
+                return self._cpu_tensor(tensor.cpu(), dtype, backend, tensor.device, ratios)
         arr = np.asarray(old_log_prob)
         if arr.dtype not in (np.float16, np.float32, np.float64):
             raise TypeError(f"old_log_prob must hold float16/32/64 log-probabilities, got dtype {arr.dtype}")
@@ -163,46 +172,41 @@ class BandTable:
         if flat.dtype == np.float16:
             flat = flat.astype(np.float32)  # Numba has no float16 arithmetic
         out_dtype = np.float32 if arr.dtype == np.float16 else arr.dtype
-        lo, up, above = self._lookup(flat, out_dtype, backend)
+        lo, up, above = self._lookup(flat, out_dtype, backend, ratios)
         if above:
             raise ValueError(
                 f"old_log_prob must be <= 0 (log-probabilities; values up to {_LOG_P_TOLERANCE:g} are read as 0), "
                 f"got {above} value(s) above, max {np.nanmax(arr)!r}"
             )
-        return lo.reshape(arr.shape).astype(arr.dtype, copy=False), up.reshape(arr.shape).astype(arr.dtype, copy=False)
+        with np.errstate(over="ignore"):  # float16 output: a ratio beyond its range is inf
+            return (lo.reshape(arr.shape).astype(arr.dtype, copy=False),
+                    up.reshape(arr.shape).astype(arr.dtype, copy=False))  # fmt: skip
 
-    def _lookup(self, flat: np.ndarray, out_dtype, backend: str):
+    def _lookup(self, flat: np.ndarray, out_dtype, backend: str, ratios: bool):
         if backend == "torch":
             import torch
 
             lo, up = eval_log_torch(torch.from_numpy(flat.astype(np.float64)), *self._torch_arrays("cpu"),
                                     _LOG_P_TOLERANCE)  # fmt: skip
+            lo, up = (lo.exp(), up.exp()) if ratios else (lo, up)
             return lo.numpy().astype(out_dtype), up.numpy().astype(out_dtype), int((flat > _LOG_P_TOLERANCE).sum())
         if backend == "auto":
             backend = "numba" if flat.size >= AUTO_NUMBA_MIN_SIZE else "numpy"
-        return eval_log(flat, self.lower.kernel, self.upper.kernel, out_dtype, _LOG_P_TOLERANCE, backend)
+        return eval_log(flat, self.lower.kernel, self.upper.kernel, out_dtype, _LOG_P_TOLERANCE, backend, ratios)
 
-    def _log_cpu_tensor(self, tensor, dtype, backend: str, device):
+    def _cpu_tensor(self, tensor, dtype, backend: str, device, ratios: bool):
         import torch
 
         if dtype not in (torch.float32, torch.float64):
             tensor = tensor.to(torch.float32)  # float16/bfloat16 are exact in float32
         flat = tensor.contiguous().reshape(-1).numpy()
-        lo, up, above = self._lookup(flat, flat.dtype, backend)
+        lo, up, above = self._lookup(flat, flat.dtype, backend, ratios)
         if above:  # as on a device: NaN, not an error
             lo[flat > _LOG_P_TOLERANCE] = np.nan
             up[flat > _LOG_P_TOLERANCE] = np.nan
         shape = tensor.shape
         return (torch.from_numpy(lo).reshape(shape).to(device=device, dtype=dtype),
                 torch.from_numpy(up).reshape(shape).to(device=device, dtype=dtype))  # fmt: skip
-
-    def __call__(self, old_log_prob, *, backend: str = "auto"):
-        """(lower, upper) ratio bounds: ``exp`` of :meth:`log` (lower 0 where saturated, upper 1/p)."""
-        lo, up = self.log(old_log_prob, backend=backend)
-        if _is_torch(lo):
-            return lo.exp(), up.exp()
-        with np.errstate(over="ignore"):
-            return np.exp(lo), np.exp(up)
 
     def _torch_arrays(self, device):
         key = str(device)
