@@ -175,14 +175,14 @@ def _torch_bounds(lp, div: Divergence, delta: float, ratios: bool):
 
 
 def _solve_left_numpy(div: Divergence, delta: float, lp: np.ndarray) -> tuple:
-    """The refined pass and the safeguarded solver on the tokens of a CPU tensor that the seeded pass left, through
-    the NumPy binding of the same solver: on the few hundred tokens it gets, its iterations cost 3-7x less than
-    torch's, whose per-operation overhead dominates there (10k mid tokens, 1 thread: js 25 -> 8 ms, alpha(0.7)
-    33 -> 9 ms, hellinger 22 -> 3 ms for the tokens left)."""
+    """The tokens of a CPU tensor that the seeded pass left, solved again through the NumPy binding of the same
+    solver (seeded pass, refined passes, safeguarded solver): on the few hundred tokens it gets, its iterations
+    cost 3-7x less than torch's, whose per-operation overhead dominates there (10k mid tokens, 1 thread: js
+    25 -> 8 ms, alpha(0.7) 33 -> 9 ms, hellinger 22 -> 3 ms for the tokens left)."""
     module, kind = backends.solver_module("numpy", div), backends.solver_kind(div)
     with np.errstate(all="ignore"):
-        return backends.solve_left(module, kind, lp, delta, backends.lower_at_one(div, delta),
-                                   backends.seed(div, delta).numpy_arrays())  # fmt: skip
+        return backends.solve_arrays(module, kind, lp, delta, backends.lower_at_one(div, delta),
+                                     backends.seed(div, delta).numpy_arrays())  # fmt: skip
 
 
 def _tensor_bounds(x, div: Divergence, delta: float, backend: str, check: bool, ratios: bool):

@@ -38,7 +38,7 @@ def inputs(n: int) -> dict[str, np.ndarray]:
 
 
 def fallbacks(divergence: str, x: np.ndarray) -> tuple[float, float]:
-    """(fraction of tokens the seeded pass leaves, fraction the refined pass then leaves to the safeguarded
+    """(fraction of tokens the seeded pass leaves, fraction the refined passes then leave to the safeguarded
     solver), on the first 200k tokens."""
     div = resolve(divergence)
     kind = backends.solver_kind(div)
@@ -49,12 +49,18 @@ def fallbacks(divergence: str, x: np.ndarray) -> tuple[float, float]:
     seed = backends.seed(div, DELTA).numpy_arrays()
     at_one = backends.lower_at_one(div, DELTA)
     with np.errstate(all="ignore"):
-        status = getattr(module, module.POLISHED[kind])(lp, DELTA, at_one, *module.seed_pair(lp, seed))[2]
-        left = lp[status == module.NOT_CONVERGED]
+        _, _, status, *offsets = getattr(module, module.POLISHED[kind])(lp, DELTA, at_one, *module.seed_pair(lp, seed))
+        redo = status == module.NOT_CONVERGED
+        left = lp[redo]
         polished_left = left.size / lp.size
-        if kind in module.REFINED and left.size:
-            status = getattr(module, module.REFINED[kind])(left, DELTA, at_one, seed)[2]
-            left = left[status == module.NOT_CONVERGED]
+        if kind in module.REFINED:
+            offsets = [d[redo] for d in offsets]
+            for _ in range(module.REFINE_PASSES):  # as the backends: each pass from the offsets the last returned
+                if not left.size:
+                    break
+                _, _, status, *offsets = getattr(module, module.REFINED[kind])(left, DELTA, at_one, *offsets)
+                keep = status == module.NOT_CONVERGED
+                left, offsets = left[keep], [d[keep] for d in offsets]
     return polished_left, left.size / lp.size
 
 

@@ -347,9 +347,10 @@ def test_refined_pass_finishes_most_left_tokens_and_agrees_with_the_safeguarded_
     seed = backends.seed(div, delta).numpy_arrays()
     at_one = backends.lower_at_one(div, delta)
     with np.errstate(all="ignore"):
-        status = module.generic_polished_bounds(lp, delta, at_one, *module.seed_pair(lp, seed))[2]
-        left = lp[status == module.NOT_CONVERGED]
-        lower, upper, status = module.generic_refined_bounds(left, delta, at_one, seed)
+        _, _, status, d_up, d_lo = module.generic_polished_bounds(lp, delta, at_one, *module.seed_pair(lp, seed))
+        redo = status == module.NOT_CONVERGED
+        left = lp[redo]
+        lower, upper, status = module.generic_refined_bounds(left, delta, at_one, d_up[redo], d_lo[redo])[:3]
         full_lower, full_upper, full_status = module.generic_bounds(left, delta, at_one, seed)
     finished = status != module.NOT_CONVERGED
     assert left.size >= 100 and finished.mean() >= 0.8, f"{name}: {left.size} left, {finished.mean():.3f} finished"

@@ -168,7 +168,8 @@ def test_polished_pass_finishes_most_tokens_and_agrees_with_the_safeguarded_solv
     seed = backends.seed(div, delta).numpy_arrays()
     at_one = backends.lower_at_one(div, delta)
     with np.errstate(all="ignore"):
-        lower, upper, status = getattr(module, module.POLISHED[kind])(lp, delta, at_one, *module.seed_pair(lp, seed))
+        polished = getattr(module, module.POLISHED[kind])
+        lower, upper, status = polished(lp, delta, at_one, *module.seed_pair(lp, seed))[:3]
         full_lower, full_upper, full_status = getattr(module, module.ENTRY_POINTS[kind])(lp, delta, at_one, seed)
     finished = status != module.NOT_CONVERGED
     assert finished[:20_000].mean() >= 0.97, f"{name}: the seeded pass finished only {finished[:20_000].mean():.3f}"

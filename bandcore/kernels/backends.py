@@ -37,7 +37,7 @@ from .grid import KernelBound
 from .seeds import NO_SEED, seed_table
 
 __all__ = ["can_select", "lower_at_one", "numba_module", "run_lookup", "run_lookup_torch", "run_numba", "seed",
-           "solve_arrays", "solve_left", "solve_ratio_arrays", "solver_kind", "solver_module", "torch_seed"]
+           "solve_arrays", "solve_ratio_arrays", "solver_kind", "solver_module", "torch_seed"]
 
 _NORMALISED = {"kl": "-log(u)", "tv": "abs(u - 1)/2", "pearson": "(u - 1)**2"}
 
@@ -113,24 +113,27 @@ def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: f
                  fallback: bool = True) -> tuple:
     """(log r_lo, log r_up, status) of a 1-D NumPy array or torch tensor with ``module`` (a :func:`solver_module`).
 
-    The seeded kinds run their branch-free polished pass (:data:`.solvers.POLISHED`) on every token and the
-    safeguarded solver (after the :data:`.solvers.common.REFINED` pass) on the tokens it marked NOT_CONVERGED:
-    only those where selecting them costs no host
-    synchronisation (NumPy, torch on the CPU outside ``torch.compile``), else on every token, merged by a select.
+    The seeded kinds run their branch-free polished pass (:data:`.solvers.POLISHED`) on every token, then on the
+    tokens it marked NOT_CONVERGED the :data:`.solvers.common.REFINED` pass (up to ``REFINE_PASSES`` times) and
+    the safeguarded solver: only those where selecting them costs no host synchronisation (NumPy, torch on the
+    CPU outside ``torch.compile``), else the safeguarded solver on every token, merged by a select.
     ``fallback=False`` stops after the polished pass (the caller then solves the marked tokens itself).
     """
     solve = getattr(module, module.ENTRY_POINTS[kind])
     if kind not in module.POLISHED:
         return solve(lp, delta, at_one, seed)
     xp = module.xp
-    lower, upper, status = getattr(module, module.POLISHED[kind])(lp, delta, at_one, *module.seed_pair(lp, seed))
+    lower, upper, status, *offsets = getattr(module, module.POLISHED[kind])(lp, delta, at_one,
+                                                                            *module.seed_pair(lp, seed))  # fmt: skip
     if not fallback:
         return lower, upper, status
     redo = status == module.NOT_CONVERGED
     if can_select(lp):
         if bool(redo.any()):
             lower, upper, status = lower + 0.0, upper + 0.0, status + 0.0  # own copies, written below
-            lower[redo], upper[redo], status[redo] = solve_left(module, kind, lp[redo], delta, at_one, seed)
+            offsets = [d[redo] for d in offsets]
+            lower[redo], upper[redo], status[redo] = _refined_then_solve(module, kind, lp[redo], delta, at_one, seed,
+                                                                         offsets)  # fmt: skip
         return lower, upper, status
     lower_again, upper_again, status_again = solve(lp, delta, at_one, seed)
     return xp.where(redo, lower_again, lower), xp.where(redo, upper_again, upper), xp.where(redo, status_again, status)
@@ -145,16 +148,25 @@ def solve_ratio_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_
     return module.xp.exp(lower), module.xp.exp(upper), status
 
 
-def solve_left(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple) -> tuple:
-    """The :data:`.solvers.common.REFINED` pass of ``kind`` (if any), then the safeguarded solver on the tokens it
-    left; for the tokens the polished pass left (selected: NumPy arrays or CPU tensors)."""
+def _refined_then_solve(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple,
+                        offsets: list) -> tuple:
+    """The :data:`.solvers.common.REFINED` pass of ``kind`` (if any) from the polished pass's next ``offsets``,
+    again on what each pass left (up to ``REFINE_PASSES`` passes), then the safeguarded solver on the rest; for
+    the tokens the polished pass left (selected: NumPy or CPU tensors)."""
     solve = getattr(module, module.ENTRY_POINTS[kind])
     if kind not in module.REFINED:
         return solve(lp, delta, at_one, seed)
-    lower, upper, status = getattr(module, module.REFINED[kind])(lp, delta, at_one, seed)
-    redo = status == module.NOT_CONVERGED
-    if bool(redo.any()):
-        lower[redo], upper[redo], status[redo] = solve(lp[redo], delta, at_one, seed)
+    refined = getattr(module, module.REFINED[kind])
+    lower, upper, status, d_up, d_lo = refined(lp, delta, at_one, *offsets)
+    left = status == module.NOT_CONVERGED
+    for _ in range(module.REFINE_PASSES - 1):
+        if not bool(left.any()):
+            return lower, upper, status
+        lower[left], upper[left], status[left], d_up[left], d_lo[left] = refined(lp[left], delta, at_one,
+                                                                                 d_up[left], d_lo[left])  # fmt: skip
+        left = status == module.NOT_CONVERGED
+    if bool(left.any()):
+        lower[left], upper[left], status[left] = solve(lp[left], delta, at_one, seed)
     return lower, upper, status
 
 

@@ -18,6 +18,14 @@ in closed form; every other generator takes :math:`\partial_\theta G` by a centr
 :math:`d` (relative error ~1e-10, enough for a seed).  A knot whose root saturates or did not converge is NaN,
 and so is every cell next to it: those tokens start from the solver's own start instead.
 
+**Saturation.**  The upper root of p = e^-L saturates (r = 1/p) iff :math:`G(\infty) = p f(1/p) + (1-p) f(0)
+\le \delta`, and :math:`G(\infty)` is non-increasing in p (its derivative :math:`f(1/p) - f'(1/p)/p - f(0)
+\le 0` by convexity), so saturation is :math:`L \le L^*`.  :func:`saturation_band` finds :math:`L^*` once by
+bisection on the solver's own :math:`G(\infty)` and stores ``fm[5] = L^*(1 - 10^{-9})``, ``fm[6] =
+L^*(1 + 10^{-9})`` with the table: the seed is -inf (w = 0, d = ∞: saturated) for L <= fm[5] and NaN in the band
+(fm[5], fm[6]], whose tokens the safeguarded solver decides with :math:`G(\infty)` itself.  (If the
+floating-point :math:`G(\infty)` contradicts the band at any knot, the band is everything.)
+
 A seed is only a start: the solver finishes every token with its own convergence test (the generic Newton:
 away from thresholds the seed is within ~1e-10, so the first Newton step already passes it) or one Halley step
 whose accuracy the tests check against the oracle (KL, where the seed errs by < 1e-9).
@@ -29,6 +37,7 @@ starts fast and never reads a table of other functions.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import math
@@ -44,15 +53,19 @@ from . import solvers as _reference
 from .binding import cache_dir
 from .grid import KernelBound, octave_grid, octave_of, pack
 
-__all__ = ["NO_SEED", "SEED_LEVEL", "SEED_RANGE", "seed_knots", "seed_table", "seed_values"]
+__all__ = ["NO_SEED", "SEED_LEVEL", "SEED_RANGE", "saturation_band", "seed_knots", "seed_table", "seed_values"]
 
 SEED_RANGE = (2.0**-40, 704.0)
 SEED_LEVEL = 7
 #: relative step of the central difference in theta
 FD_STEP = 1e-6
-#: a table that seeds nothing (its range is empty): every token takes the solver's own start
+#: a table that seeds nothing (its range is empty, its saturation band everything): every token takes the
+#: solver's own start
+#: Relative margin of the saturation band around the threshold (:func:`saturation_band`).
+SATURATION_MARGIN = 1e-9
 NO_SEED = KernelBound(
-    fmeta=np.array([math.inf, -math.inf, math.nan, math.nan, 0.0]), imeta=np.zeros(4, dtype=np.int64),
+    fmeta=np.array([math.inf, -math.inf, math.nan, math.nan, 0.0, -math.inf, math.inf]),
+    imeta=np.zeros(4, dtype=np.int64),
     off=np.zeros(1, dtype=np.int64), levels=np.zeros(1, dtype=np.int64), cells=np.full((1, 6), math.nan),
 )  # fmt: skip
 
@@ -124,17 +137,46 @@ def _read(path, n: int) -> tuple[np.ndarray, np.ndarray] | None:
     return (values, slopes) if ok else None
 
 
+def saturation_band(module: ModuleType, kind: str, delta: float) -> tuple[float, float]:
+    """(lo, hi): the upper root of the token p = e^-L saturates where L <= lo and not where L > hi (module
+    docstring); (-inf, -inf) for KL, which never saturates."""
+    if kind != "generic":
+        return -math.inf, -math.inf
+
+    def saturated(L: np.ndarray) -> np.ndarray:
+        lq = np.log(-np.expm1(-L))
+        return module.g_at_infinity(-L, lq, np.exp(lq)) <= delta
+
+    with np.errstate(all="ignore"):
+        t_in, t_out = math.log(1e-300), math.log(1e300)  # bisection in log L
+        if not saturated(np.array([1e-300]))[0]:
+            lo, hi = -math.inf, 1e-300
+        elif saturated(np.array([1e300]))[0]:
+            lo, hi = 1e300, math.inf
+        else:
+            for _ in range(200):
+                t = 0.5 * (t_in + t_out)
+                t_in, t_out = (t, t_out) if saturated(np.array([math.exp(t)]))[0] else (t_in, t)
+            lo, hi = math.exp(t_in) * (1 - SATURATION_MARGIN), math.exp(t_out) * (1 + SATURATION_MARGIN)
+        knots = np.concatenate([seed_knots()[0], np.geomspace(1e-300, 1e300, 2001)])
+        verdict = saturated(knots)
+    if not (np.all(verdict[knots <= lo]) and not np.any(verdict[knots > hi])):
+        return -math.inf, math.inf  # G(inf) not monotone in floating point: every token asks G(inf) itself
+    return lo, hi
+
+
 @lru_cache(maxsize=64)
 def seed_table(module: ModuleType, kind: str, div: Divergence, delta: float) -> KernelBound:
     """The seed table of :func:`seed_values`, cached in memory and, for the generic solver, on disk."""
     knots, levels = seed_knots()
+    band = saturation_band(module, kind, delta)
     path = _path(div, delta) if kind == "generic" else None
     cached = _read(path, len(knots)) if path is not None and path.exists() else None
     if cached is not None:
-        return pack(knots, cached[0], cached[1], levels, 0, False, False)
+        return _pack(knots, *cached, levels, band)
     values, slopes = seed_values(module, kind, delta)
     if path is None:
-        return pack(knots, values, slopes, levels, 0, False, False)
+        return _pack(knots, values, slopes, levels, band)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
@@ -143,4 +185,10 @@ def seed_table(module: ModuleType, kind: str, div: Divergence, delta: float) -> 
         os.replace(tmp, path)  # atomic
     except OSError:
         pass  # a read-only cache only costs the rebuild
-    return pack(knots, values, slopes, levels, 0, False, False)
+    return _pack(knots, values, slopes, levels, band)
+
+
+def _pack(knots, values, slopes, levels, band: tuple[float, float]) -> KernelBound:
+    """The seed table's arrays: :func:`.grid.pack`'s, with the saturation band as fm[5], fm[6]."""
+    bound = pack(knots, values, slopes, levels, 0, False, False)
+    return dataclasses.replace(bound, fmeta=np.concatenate([bound.fmeta, band]))

@@ -55,10 +55,12 @@ def _mark_unseeded(lp, seeded, status):
 
 def seed_log_w(L, seed):
     """log w, w = 1/(e^d - 1), at the upper root of the token p = e^-L from the seed table (:mod:`.seeds`);
-    NaN outside its range."""
+    NaN outside its range.  -inf (w = 0, d = inf) where the root saturates: L <= fm[5]; NaN in the band
+    (fm[5], fm[6]] around the saturation threshold, where only G(inf) itself can tell (:mod:`.seeds`)."""
     fm = seed[0]
     inside = xp.logical_and(L >= fm[0], L <= fm[1])
-    return xp.where(inside, interpolate(L, seed[0], seed[1], seed[2], seed[3], seed[4]), xp.nan)
+    value = xp.where(inside, interpolate(L, seed[0], seed[1], seed[2], seed[3], seed[4]), xp.nan)
+    return xp.where(L <= fm[5], -xp.inf, xp.where(L <= fm[6], xp.nan, value))
 
 
 def seed_offset(L, seed):
@@ -87,6 +89,8 @@ RATIO_ENTRY_POINTS = {"tv": "tv_ratio_bounds", "pearson": "pearson_ratio_bounds"
 #: kind -> the branch-free seeded pass run before ENTRY_POINTS[kind] (which then solves only the tokens it marks
 #: NOT_CONVERGED); the closed forms have none
 POLISHED = {"generic": "generic_polished_bounds", "kl": "kl_polished_bounds"}
-#: kind -> the pass run on the tokens POLISHED[kind] left, before ENTRY_POINTS[kind] solves the rest (same
-#: arguments as ENTRY_POINTS[kind]; KL's polished pass leaves only tokens without a seed)
+#: kind -> the pass run (up to ``REFINE_PASSES`` times) on the tokens POLISHED[kind] left, before
+#: ENTRY_POINTS[kind] solves the rest.  POLISHED[kind] of such a kind returns two more outputs, the next offsets
+#: of both roots (one Newton step on): REFINED[kind] takes them in place of the seeds and returns the same five
+#: outputs.  KL's polished pass leaves only tokens without a seed.
 REFINED = {"generic": "generic_refined_bounds"}

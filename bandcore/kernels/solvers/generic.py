@@ -76,7 +76,12 @@ def cells(lp, lq, p, pc, d, logs=True):
 
 def g_and_slope(lp, lq, p, pc, d, logs=True):
     """(G(d), G'(d), log r, log s, q) (``logs``: as in :func:`cells`)."""
-    x_r, log_r, r, x_s, log_s, s, q = cells(lp, lq, p, pc, d, logs)
+    return g_and_slope_of(lp, lq, pc, cells(lp, lq, p, pc, d, logs), logs)
+
+
+def g_and_slope_of(lp, lq, pc, cells, logs=True):
+    """:func:`g_and_slope` at the point whose :func:`cells` are ``cells``."""
+    x_r, log_r, r, x_s, log_s, s, q = cells
     rest_f = pc * f_s(x_s, log_s, s)
     rest_k = pc * k_s(x_s, log_s, s)
     head = q * phi_r(x_r, log_r, r)  # p f(r) = q Phi(r)
