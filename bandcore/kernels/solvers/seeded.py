@@ -44,8 +44,11 @@ def seeded_cells(p, pc, log_w):
     x_s = -p / den
     s = w / den
     far = x_s < -0.5
-    u = xp.where(far, s, 1.0 + x_s)  # log s = log1p(x_s), compensated as in log1p; far: log(s) itself
-    log_s = xp.log(u) + xp.where(far, 0.0, (x_s - (u - 1.0)) / u)
+    # log s = log1p(x_s), compensated as in log1p; far (s < 1/2): log w - log(p + w), which stays finite where
+    # w = e^log_w underflows (log w < -708: the upper root of a token near p = 1 under a generator growing
+    # like u log u); one log either way
+    u = xp.where(far, den, 1.0 + x_s)
+    log_s = xp.where(far, log_w - xp.log(u), xp.log(u) + (x_s - (u - 1.0)) / u)
     log_r = xp.log1p(x_r)
     r = 1.0 + x_r
     return (x_r, log_r, r, x_s, log_s, s, p * r), log_r - log_s
