@@ -32,8 +32,9 @@ import numpy as np
 from ..divergences import Divergence, resolve
 from . import lookup, solvers
 from .binding import instance, load_generated
-from .drivers import SERIAL_MAX, lookup_module, numba_source
+from .drivers import SERIAL_MAX, numba_source
 from .grid import KernelBound
+from .lookup_drivers import lookup_module
 from .seeds import NO_SEED, seed_table
 
 __all__ = ["can_select", "lower_at_one", "numba_module", "run_lookup", "run_lookup_torch", "run_numba", "seed",
