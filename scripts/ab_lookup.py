@@ -17,10 +17,10 @@ import argparse
 import functools
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
+
+from ab_workers import interleaved, start_workers
 
 TABLES = ["kl", "js", "reverse_kl", "hellinger", "alpha(0.5)", "alpha(0.7)", "alpha(-1)", "neyman", "lecam",
           "tv", "pearson"]
@@ -81,25 +81,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         return worker(args.before)
-    workers = {}
-    for tag in ("before", "after"):
-        env = dict(os.environ, BANDCORE_CACHE=tempfile.mkdtemp(prefix=f"ab-lookup-{tag}-"))
-        root = os.path.abspath(getattr(args, tag))
-        workers[tag] = subprocess.Popen([sys.executable, __file__, root, "-", "--worker"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-                                        cwd=tempfile.gettempdir())  # fmt: skip
-        print(tag, workers[tag].stdout.readline().strip(), flush=True)
+    workers = start_workers(__file__, {"before": args.before, "after": args.after})
     rows = [(name, which, n, t) for name in args.tables + ([COPY] if args.copy else []) for which in INPUTS
             for n in args.sizes for t in args.threads]  # fmt: skip
-    times: dict[tuple, list[float]] = {}
-    for rep in range(args.reps + 1):  # rep 0 compiles: not counted
-        for row in rows:
-            for tag in ("before", "after") if rep % 2 else ("after", "before"):
-                workers[tag].stdin.write("\t".join(map(str, row)) + "\n")
-                workers[tag].stdin.flush()
-                value = float(workers[tag].stdout.readline())
-                if rep:
-                    times.setdefault((*row, tag), []).append(value)
+    times = interleaved(workers, rows, args.reps)
     print(f"{'table':12s} {'input':5s} {'n':>8s} {'thr':>3s} {'before':>8s} {'after':>8s} {'x':>6s}"
           f"   ns/token, median of {args.reps}")  # fmt: skip
     for row in rows:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
+
+from ab_workers import interleaved, start_workers
 
 N = 1_000_000
 DIVERGENCES = ["kl", "hellinger", "js", "alpha(0.7)", "log(cosh(u-1))", "log(1+exp(u-1)) - log(2) - (u-1)/2",
@@ -62,24 +62,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         return worker(args.before)
-    workers = {}
-    for tag in ("before", "after"):
-        cache = tempfile.mkdtemp(prefix=f"ab-{tag}-")
-        env = dict(os.environ, BANDCORE_CACHE=cache)
-        workers[tag] = subprocess.Popen([sys.executable, __file__, getattr(args, tag), "-", "--worker"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-                                        cwd=tempfile.gettempdir())  # fmt: skip
-        print(tag, workers[tag].stdout.readline().strip(), flush=True)
-    times: dict[tuple[str, str, str], list[float]] = {}
-    for rep in range(args.reps + 1):  # rep 0 compiles and builds seeds: not counted
-        for name in args.divergences:
-            for which in INPUTS:
-                for tag in ("before", "after") if rep % 2 else ("after", "before"):
-                    workers[tag].stdin.write(f"{name}\t{which}\n")
-                    workers[tag].stdin.flush()
-                    value = float(workers[tag].stdout.readline())
-                    if rep:
-                        times.setdefault((name, which, tag), []).append(value)
+    workers = start_workers(__file__, {"before": args.before, "after": args.after})
+    times = interleaved(workers, [(name, which) for name in args.divergences for which in INPUTS], args.reps)
     print(f"{'divergence':48s} {'input':5s} {'before':>8s} {'after':>8s}   ns/token, median of {args.reps}")
     for name in args.divergences:
         for which in INPUTS:
