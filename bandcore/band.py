@@ -127,14 +127,12 @@ def torch_function(divergence: Any, delta: float, device: Any = "cpu"):
 
 def _torch_solver(div: Divergence, delta: float, device: Any, ratios: bool = False):
     """``solve(flat_lp, fallback=True)``: :func:`backends.solve_arrays` bound to (div, δ) and ``device``; with
-    ``ratios``, the ratios of a kind that has a ratio form (:func:`backends.solve_ratio_arrays`), else None."""
+    ``ratios``, :func:`backends.solve_ratio_arrays` (for a kind with a ratio form: :func:`backends.has_ratio_form`)."""
     import torch
 
     module, kind = backends.solver_module("torch", div), backends.solver_kind(div)
     at_one = backends.lower_at_one(div, delta)
     seed = backends.torch_seed(div, delta, str(torch.device(device)))
-    if ratios and kind not in module.RATIO_ENTRY_POINTS:
-        return None
 
     def solve(flat, fallback=True):
         if ratios:
@@ -152,8 +150,8 @@ def _torch_bounds(lp, div: Divergence, delta: float, ratios: bool):
     per call, not per chunk."""
     import torch
 
-    direct = ratios and _torch_solver(div, delta, lp.device, ratios=True)  # the ratios themselves (TV, Pearson)
-    solve = direct or _torch_solver(div, delta, lp.device)
+    direct = ratios and backends.has_ratio_form(div)  # the ratios themselves (TV, Pearson)
+    solve = _torch_solver(div, delta, lp.device, ratios=direct)
     chunk = TORCH_CHUNK.get(lp.device.type, TORCH_CHUNK_ACCELERATOR)
     flat = lp.reshape(-1)
     later = backends.can_select(flat) and not direct

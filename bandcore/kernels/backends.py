@@ -37,8 +37,8 @@ from .grid import KernelBound
 from .lookup_drivers import lookup_module
 from .seeds import NO_SEED, seed_table
 
-__all__ = ["can_select", "lower_at_one", "numba_module", "run_lookup", "run_lookup_torch", "run_numba", "seed",
-           "solve_arrays", "solve_ratio_arrays", "solver_kind", "solver_module", "torch_seed"]
+__all__ = ["can_select", "has_ratio_form", "lower_at_one", "numba_module", "run_lookup", "run_lookup_torch",
+           "run_numba", "seed", "solve_arrays", "solve_ratio_arrays", "solver_kind", "solver_module", "torch_seed"]
 
 _NORMALISED = {"kl": "-log(u)", "tv": "abs(u - 1)/2", "pearson": "(u - 1)**2"}
 
@@ -138,6 +138,12 @@ def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: f
         return lower, upper, status
     lower_again, upper_again, status_again = solve(lp, delta, at_one, seed)
     return xp.where(redo, lower_again, lower), xp.where(redo, upper_again, upper), xp.where(redo, status_again, status)
+
+
+def has_ratio_form(divergence: Divergence) -> bool:
+    """Whether ``divergence``'s solver computes ratio bounds directly (:data:`.solvers.common.RATIO_ENTRY_POINTS`)
+    rather than as exp of its log bounds."""
+    return solver_kind(divergence) in solvers.common.RATIO_ENTRY_POINTS
 
 
 def solve_ratio_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple) -> tuple:

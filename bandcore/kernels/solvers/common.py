@@ -18,24 +18,23 @@ CONVERGED, SATURATED, NOT_CONVERGED, INVALID_INPUT = 0.0, 1.0, -2.0, -3.0
 
 def finish(lp, lower, upper, status, lower_at_one):
     """The conventions, once: NaN or log p > 0 -> NaN (invalid); p = 1 -> (lower_at_one, 0); p = 0 -> (-inf, inf)."""
-    invalid = xp.logical_not(lp <= 0.0)
-    at_one = lp == 0.0
-    at_zero = lp == -xp.inf
-    special = xp.logical_or(at_one, at_zero)
-    lower = xp.where(invalid, xp.nan, xp.where(at_one, lower_at_one, xp.where(at_zero, -xp.inf, lower)))
-    upper = xp.where(invalid, xp.nan, xp.where(at_one, 0.0, xp.where(at_zero, xp.inf, upper)))
-    status = xp.where(invalid, INVALID_INPUT, xp.where(special, SATURATED, status))
-    return lower, upper, status
+    return _conventions(lp, lower, upper, status, lower_at_one, 0.0, -xp.inf)
 
 
 def finish_ratio(lp, lower, upper, status, lower_at_one):
     """:func:`finish` for ratio bounds: p = 1 -> (e^lower_at_one, 1), p = 0 -> (0, inf), invalid -> NaN."""
+    return _conventions(lp, lower, upper, status, xp.exp(lower_at_one), 1.0, 0.0)
+
+
+def _conventions(lp, lower, upper, status, lower_at_one, upper_at_one, lower_at_zero):
+    """NaN (status invalid) for NaN or log p > 0; the given bounds at p = 1 and p = 0 (upper inf), status
+    SATURATED there."""
     invalid = xp.logical_not(lp <= 0.0)
     at_one = lp == 0.0
     at_zero = lp == -xp.inf
     special = xp.logical_or(at_one, at_zero)
-    lower = xp.where(invalid, xp.nan, xp.where(at_one, xp.exp(lower_at_one), xp.where(at_zero, 0.0, lower)))
-    upper = xp.where(invalid, xp.nan, xp.where(at_one, 1.0, xp.where(at_zero, xp.inf, upper)))
+    lower = xp.where(invalid, xp.nan, xp.where(at_one, lower_at_one, xp.where(at_zero, lower_at_zero, lower)))
+    upper = xp.where(invalid, xp.nan, xp.where(at_one, upper_at_one, xp.where(at_zero, xp.inf, upper)))
     status = xp.where(invalid, INVALID_INPUT, xp.where(special, SATURATED, status))
     return lower, upper, status
 
