@@ -1,4 +1,4 @@
-"""The :mod:`.numba_ops` names with exp, expm1, log and log1p written out (range reduction + Taylor / atanh
+"""The :mod:`.numba_ops` names with exp, expm1, exp_ratio, log and log1p written out (range reduction + Taylor / atanh
 series, <= 2 ulp, every branch a select) so that LLVM vectorises a loop over them; libm calls would not
 vectorise and cost 4-5x more.  Every generated solver module of the Numba backend uses them."""
 
@@ -97,26 +97,42 @@ def _reduce(x):
 
 
 @njit(**_JIT)
+def _scaled(y, k):
+    """y 2^k for an integer k in [-1076, 1443] (x clamped in :func:`_reduce`), in two factors (subnormals)."""
+    h = k >> 1
+    return y * _as_float((h + 1023) << 52) * _as_float((k - h + 1023) << 52)
+
+
+@njit(**_JIT)
 def exp(x):
     """exp(x) = 2^n e^r, Taylor for e^r (error 4e-18), times 2^n in two factors (subnormals)."""
     n, r, _ = _reduce(x)
-    y = _taylor(r) + 1.0
-    k = np.int64(n)
-    h = k >> 1
-    y = y * _as_float((h + 1023) << 52) * _as_float((k - h + 1023) << 52)
+    y = _scaled(_taylor(r) + 1.0, np.int64(n))
     return y if x >= -746.0 else (0.0 if x < -746.0 else x)  # exp(-inf) = 0, NaN stays NaN
 
 
 @njit(**_JIT)
 def expm1(x):
-    """exp(x) - 1: the Taylor series for |x| < ln2/2 (no cancellation); for |n| <= 53 in the reduction of
-    :func:`exp`, 2^n expm1(r) + (2^n - 1) (each term exact up to one rounding, where exp(x) - 1 would lose two
-    bits); beyond, exp(x) - 1 (-1 or exp(x) up to rounding; also inf, NaN)."""
+    """exp(x) - 1 from one reduction x = n ln2 + r and one Taylor sum t = e^r - 1: for |n| <= 53,
+    2^n t + (2^n - 1) (each term exact up to one rounding, where exp(x) - 1 would lose two bits; for
+    |x| < ln2/2, n = 0 and r = x, so it is t itself, without cancellation); beyond, 2^n (t + 1) - 1, i.e.
+    exp(x) - 1 (-1 or exp(x) up to rounding; also inf).  -1 below -746; NaN stays NaN."""
     n, r, _ = _reduce(x)
+    t = _taylor(r)
     scale = _as_float((np.int64(min(max(n, -60.0), 60.0)) + 1023) << 52)
-    mid = scale * _taylor(r) + (scale - 1.0)
-    far = mid if math.fabs(n) <= 53.0 else exp(x) - 1.0
-    return _taylor(x) if math.fabs(x) < 0.34657359027997264 else far
+    mid = scale * t + (scale - 1.0)
+    value = mid if math.fabs(n) <= 53.0 else _scaled(t + 1.0, np.int64(n)) - 1.0
+    return value if x >= -746.0 else (-1.0 if x < -746.0 else x)
+
+
+@njit(**_JIT)
+def exp_ratio(x, c):
+    """exp(x) / c for c in [1e-300, 1e300], without overflowing where exp(x) does and the quotient does not: the
+    division comes before the scaling by 2^n.  From the reduction and Taylor sum of :func:`exp` at the same x, so
+    LLVM computes them once for both where a caller also takes exp(x) or expm1(x)."""
+    n, r, _ = _reduce(x)
+    y = _scaled((_taylor(r) + 1.0) / c, np.int64(n))
+    return y if x >= -746.0 else (0.0 if x < -746.0 else x)
 
 
 @njit(**_JIT)

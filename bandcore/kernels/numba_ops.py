@@ -49,6 +49,12 @@ def logaddexp(a, b):
 
 
 @njit(**_JIT)
+def exp_ratio(x, c):
+    """exp(x) / c, also where exp(x) overflows and the quotient does not."""
+    return math.exp(x) / c if x < 709.0 else math.exp(x - math.log(c))
+
+
+@njit(**_JIT)
 def logical_and(a, b):
     return a and b
 

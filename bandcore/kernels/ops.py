@@ -8,9 +8,10 @@ names, and bound (:mod:`.binding`) to one of:
   function never meets ``torch.exp`` on a float);
 * :mod:`.numba_ops` / :mod:`.numba_fast_ops` — scalars inside Numba-compiled code (``where`` is a select).
 
-Names: ``exp log log1p expm1 sqrt abs where minimum maximum logaddexp isfinite isnan logical_and logical_or
+Names: ``exp log log1p expm1 exp_ratio sqrt abs where minimum maximum logaddexp isfinite isnan logical_and logical_or
 logical_not all_true floor_int float_bits inf nan`` (``float_bits``: a float64's bits as an int64) and, for
 generated generator functions, the hyperbolic functions ``sinh cosh tanh asinh acosh atanh``.
+``exp_ratio(x, c)`` is exp(x)/c, also where exp(x) overflows and the quotient does not (c a positive float).
 ``all_true(mask)`` lets a loop stop early where that costs no host synchronisation (NumPy, Numba, torch on the
 CPU); on an accelerator or while compiling it is False, so loops run their full, proven length.
 """
@@ -30,11 +31,17 @@ def _numpy_all(mask: np.ndarray) -> bool:
     return bool(np.all(mask))
 
 
+def _exp_ratio(x, c: float):
+    """exp(x) / c; beyond x = 709 (where exp(x) may overflow and the quotient not) exp(x - log c)."""
+    return np.where(x < 709.0, np.exp(np.minimum(x, 709.0)) / c, np.exp(x - math.log(c)))
+
+
 numpy_ops = SimpleNamespace(
     exp=np.exp,
     log=np.log,
     log1p=np.log1p,
     expm1=np.expm1,
+    exp_ratio=_exp_ratio,
     sqrt=np.sqrt,
     abs=np.abs,
     where=np.where,
@@ -82,6 +89,9 @@ def torch_ops() -> SimpleNamespace:
             a = torch.as_tensor(a, dtype=torch.float64, device=cond.device)
         return torch.where(cond, a, b)
 
+    def exp_ratio(x, c: float):
+        return torch.where(x < 709.0, torch.exp(torch.clamp(x, max=709.0)) / c, torch.exp(x - math.log(c)))
+
     def all_true(mask) -> bool:
         """On the CPU a check costs no synchronisation; elsewhere, or while compiling, loops run their length."""
         if mask.device.type != "cpu" or torch.compiler.is_compiling():
@@ -103,6 +113,7 @@ def torch_ops() -> SimpleNamespace:
         log=lift(torch.log, lambda x: math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)),
         log1p=lift(torch.log1p, lambda x: math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)),
         expm1=lift(torch.expm1, math.expm1),
+        exp_ratio=exp_ratio,
         sqrt=lift(torch.sqrt, lambda x: math.sqrt(x) if x >= 0 else math.nan),
         abs=lift(torch.abs, abs),
         where=where,

@@ -59,14 +59,17 @@ def tv_ratio_bounds(lp, delta, lower_at_one, seed):
     """TV's ratios from x = log(delta/p) = log delta - log p: r_up = 1 + delta/p = 2 + expm1(x), or 1/p = e^-log p
     where saturated (p >= 1 - delta); r_lo = 1 - delta/p = -expm1(x), 0 where saturated (x >= 0).  log delta
     is carried in two parts (hi + lo, lo = (delta - e^hi)/delta), so x is exact to rounding next to p = delta
-    (hi - log p is exact there: Sterbenz), where r_lo is small and only as good as x.  One expm1 and one exp
-    per token; both overflow exactly where the ratio does."""
+    (hi - log p is exact there: Sterbenz), where r_lo is small and only as good as x.  1/p = e^x/delta where
+    the upper bound saturates (``exp_ratio``: no overflow of e^x for delta > 1), from the same reduction and
+    polynomial as expm1(x) in the Numba kernel: one transcendental per token (Numba, 10k mid tokens, 1 thread:
+    37.2 -> 29.8 µs); relative error ~|x| ulp, as in the unsaturated bounds.  Both overflow exactly where the
+    ratio does."""
     lps = xp.minimum(lp, 0.0)
     log_delta = xp.log(delta)
     x = (log_delta - lps) + (delta - xp.exp(log_delta)) / delta
     e = xp.expm1(x)
     upper_saturated = lps >= (xp.log1p(-delta) if delta < 1.0 else -xp.inf)
-    upper = xp.where(upper_saturated, xp.exp(-lps), 2.0 + e)
+    upper = xp.where(upper_saturated, xp.exp_ratio(x, delta), 2.0 + e)  # 1/p = e^x/delta
     lower_saturated = x >= 0.0
     lower = xp.where(lower_saturated, 0.0, -e)
     status = xp.where(xp.logical_or(upper_saturated, lower_saturated), SATURATED, CONVERGED)

@@ -7,6 +7,7 @@ The seed of a root (:mod:`bandcore.kernels.seeds`) is tabulated as :math:`\log w
 
 from __future__ import annotations
 
+from bandcore._contract import LOG_P_TOLERANCE as TOL  # absolute: kept in every bound copy of this source
 from ..lookup import interpolate
 from ..ops import numpy_ops as xp  # rebound per backend by ..binding
 
@@ -17,7 +18,8 @@ CONVERGED, SATURATED, NOT_CONVERGED, INVALID_INPUT = 0.0, 1.0, -2.0, -3.0
 
 
 def finish(lp, lower, upper, status, lower_at_one):
-    """The conventions, once: NaN or log p > 0 -> NaN (invalid); p = 1 -> (lower_at_one, 0); p = 0 -> (-inf, inf)."""
+    """The conventions, once: NaN or log p > TOL -> NaN (invalid); p = 1 (log p in [0, TOL]) -> (lower_at_one, 0);
+    p = 0 -> (-inf, inf)."""
     return _conventions(lp, lower, upper, status, lower_at_one, 0.0, -xp.inf)
 
 
@@ -27,10 +29,11 @@ def finish_ratio(lp, lower, upper, status, lower_at_one):
 
 
 def _conventions(lp, lower, upper, status, lower_at_one, upper_at_one, lower_at_zero):
-    """NaN (status invalid) for NaN or log p > 0; the given bounds at p = 1 and p = 0 (upper inf), status
-    SATURATED there."""
-    invalid = xp.logical_not(lp <= 0.0)
-    at_one = lp == 0.0
+    """NaN (status invalid) for NaN or log p > TOL; the given bounds at p = 1 and p = 0 (upper inf), status
+    SATURATED there.  log p in (0, TOL] (rounding noise) is p = 1 here, so a solver may be called on it unclamped
+    (each solver reads it as log p = 0 or replaces it, see :func:`_regular`)."""
+    invalid = xp.logical_not(lp <= TOL)
+    at_one = lp >= 0.0
     at_zero = lp == -xp.inf
     special = xp.logical_or(at_one, at_zero)
     lower = xp.where(invalid, xp.nan, xp.where(at_one, lower_at_one, xp.where(at_zero, lower_at_zero, lower)))
