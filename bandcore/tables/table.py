@@ -155,16 +155,15 @@ class BandTable:
         if _is_torch(old_log_prob):
             import torch
 
-            with torch.no_grad():
-                dtype = _torch_float_dtype(old_log_prob)
-                tensor = old_log_prob.detach()
-                on_cpu = tensor.device.type == "cpu"
-                if backend == "torch" or (backend == "auto" and not on_cpu):
+            dtype = _torch_float_dtype(old_log_prob)
+            tensor = old_log_prob.detach()  # (the CPU path runs no torch op that autograd could record)
+            if backend == "torch" or (backend == "auto" and tensor.device.type != "cpu"):
+                with torch.no_grad():
                     lp = tensor.to(torch.float64)
                     lo, up = eval_log_torch(lp, *self._torch_arrays(lp.device), _LOG_P_TOLERANCE)
                     lo, up = (lo.exp(), up.exp()) if ratios else (lo, up)
                     return lo.to(dtype), up.to(dtype)
-                return self._cpu_tensor(tensor.cpu(), dtype, backend, tensor.device, ratios)
+            return self._cpu_tensor(tensor.cpu(), dtype, backend, tensor.device, ratios)
         arr = np.asarray(old_log_prob)
         if arr.dtype not in (np.float16, np.float32, np.float64):
             raise TypeError(f"old_log_prob must hold float16/32/64 log-probabilities, got dtype {arr.dtype}")
@@ -199,14 +198,16 @@ class BandTable:
 
         if dtype not in (torch.float32, torch.float64):
             tensor = tensor.to(torch.float32)  # float16/bfloat16 are exact in float32
-        flat = tensor.contiguous().reshape(-1).numpy()
+        array = tensor.contiguous().numpy()  # shapes are handled in NumPy: a torch reshape costs ~2 µs per call
+        flat = array.reshape(-1)
         lo, up, above = self._lookup(flat, flat.dtype, backend, ratios)
         if above:  # as on a device: NaN, not an error
             lo[flat > _LOG_P_TOLERANCE] = np.nan
             up[flat > _LOG_P_TOLERANCE] = np.nan
-        shape = tensor.shape
-        return (torch.from_numpy(lo).reshape(shape).to(device=device, dtype=dtype),
-                torch.from_numpy(up).reshape(shape).to(device=device, dtype=dtype))  # fmt: skip
+        lower, upper = torch.from_numpy(lo.reshape(array.shape)), torch.from_numpy(up.reshape(array.shape))
+        if lower.dtype != dtype or device.type != "cpu":
+            lower, upper = lower.to(device=device, dtype=dtype), upper.to(device=device, dtype=dtype)
+        return lower, upper
 
     def _torch_arrays(self, device):
         key = str(device)

@@ -8,6 +8,7 @@ The seed of a root (:mod:`bandcore.kernels.seeds`) is tabulated as :math:`\log w
 from __future__ import annotations
 
 from bandcore._contract import LOG_P_TOLERANCE as TOL  # absolute: kept in every bound copy of this source
+
 from ..lookup import interpolate
 from ..ops import numpy_ops as xp  # rebound per backend by ..binding
 
