@@ -43,10 +43,13 @@ def _conventions(lp, lower, upper, status, lower_at_one, upper_at_one, lower_at_
     return lower, upper, status
 
 
-def _regular(lp):
-    """(log p, log(1-p)) with the non-regular entries (0, -inf, NaN, > 0) replaced by p = e^-1."""
+def _regular(lp, lq=None):
+    """(log p, log(1-p)) with the non-regular entries (0, -inf, NaN, > 0) replaced by p = e^-1; ``lq``: the
+    log(1-p) of this very function computed before (the Numba drivers' seed loop), not computed again."""
     lps = xp.where(xp.logical_and(lp < 0.0, lp > -xp.inf), lp, -1.0)
-    return lps, xp.log(-xp.expm1(lps))  # log(1-p) = log(-expm1(log p)), exact near p = 1
+    if lq is None:
+        lq = xp.log(-xp.expm1(lps))  # log(1-p) = log(-expm1(log p)), exact near p = 1
+    return lps, lq
 
 
 

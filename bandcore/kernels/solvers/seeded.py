@@ -72,12 +72,13 @@ def polished_root(lp, lq, p, pc, delta, log_w):
     return log_r, log_s - q * shift - half_square, saturated, finished, xp.where(saturated, xp.inf, d + shift)
 
 
-def generic_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo):
+def generic_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None):
     """(log r_lo, log r_up, status, next d of the upper root, next d of the lower root): :func:`generic_bounds`
     with each root finished by :func:`polished_root` from its seed; status NOT_CONVERGED marks the tokens it
     could not finish (no seed, a rough seed next to a threshold, p or 1 - p below e^-700): the caller runs
-    :func:`generic_refined_bounds` from the next offsets on those, then :func:`generic_bounds` on the rest."""
-    lps, lq = _regular(lp)
+    :func:`generic_refined_bounds` from the next offsets on those, then :func:`generic_bounds` on the rest.
+    ``lq``: log(1 - p) as the seed loop computed it (:func:`.common._regular`), else computed here."""
+    lps, lq = _regular(lp, lq)
     p = xp.exp(lps)
     pc = xp.exp(lq)
     log_r, _, up_saturated, up_done, d_up = polished_root(lps, lq, p, pc, delta, log_w_up)
@@ -124,11 +125,12 @@ def kl_polish(lp, p, pc, log_w, delta):
     return log_r + one_minus_q * shift - half_square, log_s - q * shift - half_square
 
 
-def kl_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo):
+def kl_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None):
     """:func:`kl_bounds` with each root started from its seed (:func:`seed_pair`) and finished by one Halley
     step, branch-free so that a compiler vectorises it; status NOT_CONVERGED marks a token a root of which has no
-    seed (p below e^-704 or above 1 - 1e-12): the caller solves those with :func:`kl_bounds`."""
-    lps, lq = _regular(lp)
+    seed (p below e^-704 or above 1 - 1e-12): the caller solves those with :func:`kl_bounds`.  ``lq`` as in
+    :func:`generic_polished_bounds`."""
+    lps, lq = _regular(lp, lq)
     p = xp.exp(lps)
     pc = xp.exp(lq)
     seeded = xp.logical_and(xp.logical_and(xp.isfinite(log_w_up), lps >= LOG_P_TINY),
