@@ -238,7 +238,9 @@ def band_log(
     backend : {"auto", "numpy", "numba", "torch"}
         Which binding of the one solver; all meet the same contract.  "auto" picks torch for tensors on an
         accelerator, and for NumPy arrays and CPU tensors Numba from :data:`AUTO_NUMBA_MIN_SIZE` tokens on,
-        NumPy below (the first Numba call of a divergence compiles its kernel, cached on disk).
+        NumPy below (the first Numba call of a divergence compiles its kernel, cached on disk).  "torch" on a
+        CPU tensor runs the seeded pass in torch ops and solves the few tokens it leaves (next to a saturation
+        threshold: ~1-3 %) with the Numba binding, which compiles on its first call as "numba" does.
     check : bool
         Raise :class:`ValueError` for :math:`\log p > 10^{-6}` (a torch input then costs one host
         synchronisation); with ``False`` such entries give NaN and status ``INVALID_INPUT``.
