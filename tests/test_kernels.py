@@ -335,6 +335,37 @@ def test_numba_fast_ops_match_libm():
                                   [-math.inf, math.inf])  # fmt: skip
 
 
+def test_exp_ratio_is_exp_over_c_without_spurious_overflow():
+    """exp_ratio(x, c) = e^x / c on every namespace (Numba's from exp's own reduction and polynomial): within
+    3 ulp of the 40-digit value, finite where e^x overflows and the quotient does not (c > 1, x in (709.78,
+    709.78 + log c)), inf beyond, 0 far below, NaN kept."""
+    torch = pytest.importorskip("torch")
+    from numba import njit
+
+    from bandcore.kernels import numba_fast_ops, numba_ops
+    from bandcore.kernels.ops import numpy_ops, torch_ops
+
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-700, 700, 300), rng.uniform(-1, 1, 100), [709.5, 710.5, 711.6, 712.0]])
+    scalar = {name: njit(lambda v, c, op=module.exp_ratio: np.array([op(e, c) for e in v]))
+              for name, module in (("numba fast", numba_fast_ops), ("numba", numba_ops))}  # fmt: skip
+    for c in (1e-8, 0.05, 1.0, 3.0, 10.0):
+        with mp.workdps(40):
+            want = [mp.exp(mp.mpf(v)) / mp.mpf(c) for v in x.tolist()]
+        with np.errstate(all="ignore"):  # as every NumPy solver call runs
+            results = {"numpy": numpy_ops.exp_ratio(x, c),
+                       "torch": torch_ops().exp_ratio(torch.from_numpy(x), c).numpy(),
+                       **{name: fn(x, c) for name, fn in scalar.items()}}  # fmt: skip
+        for name, got in results.items():
+            for value, exact, v in zip(got.tolist(), want, x.tolist(), strict=True):
+                if exact > mp.mpf("1.7976931348623157e308"):
+                    assert value == math.inf, (name, c, v)
+                else:
+                    assert abs(mp.mpf(value) - exact) <= 3 * 2.0**-52 * exact, (name, c, v, value)
+    for fn in scalar.values():
+        np.testing.assert_array_equal(fn(np.array([-800.0, math.nan, math.inf]), 3.0), [0.0, math.nan, math.inf])
+
+
 @pytest.mark.parametrize("name", ["js", "alpha(3)", "hellinger"])
 def test_refined_pass_finishes_most_left_tokens_and_agrees_with_the_safeguarded_solver(name):
     """The tokens the seeded pass leaves lie next to a saturation threshold (the seed errs by ~1e-7 there): the

@@ -50,8 +50,8 @@ def logaddexp(a, b):
 
 @njit(**_JIT)
 def exp_ratio(x, c):
-    """exp(x) / c, also where exp(x) overflows and the quotient does not."""
-    return math.exp(x) / c if x < 709.0 else math.exp(x - math.log(c))
+    """exp(x) / c, also where exp(x) overflows and the quotient does not (as :func:`.ops.numpy_ops`'s)."""
+    return math.exp(x) / c if x < 709.0 else math.exp(x - 709.0) * (math.exp(709.0) / c)
 
 
 @njit(**_JIT)

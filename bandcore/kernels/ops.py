@@ -32,8 +32,9 @@ def _numpy_all(mask: np.ndarray) -> bool:
 
 
 def _exp_ratio(x, c: float):
-    """exp(x) / c; beyond x = 709 (where exp(x) may overflow and the quotient not) exp(x - log c)."""
-    return np.where(x < 709.0, np.exp(np.minimum(x, 709.0)) / c, np.exp(x - math.log(c)))
+    """exp(x) / c; from x = 709 on (where exp(x) may overflow and the quotient not) e^(x - 709) (e^709 / c), where
+    x - 709 is exact (Sterbenz): within 3 ulp."""
+    return np.where(x < 709.0, np.exp(np.minimum(x, 709.0)) / c, np.exp(x - 709.0) * (math.exp(709.0) / c))
 
 
 numpy_ops = SimpleNamespace(
@@ -90,7 +91,8 @@ def torch_ops() -> SimpleNamespace:
         return torch.where(cond, a, b)
 
     def exp_ratio(x, c: float):
-        return torch.where(x < 709.0, torch.exp(torch.clamp(x, max=709.0)) / c, torch.exp(x - math.log(c)))
+        return torch.where(x < 709.0, torch.exp(torch.clamp(x, max=709.0)) / c,
+                           torch.exp(x - 709.0) * (math.exp(709.0) / c))  # as the NumPy one
 
     def all_true(mask) -> bool:
         """On the CPU a check costs no synchronisation; elsewhere, or while compiling, loops run their length."""
