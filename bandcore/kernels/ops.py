@@ -32,9 +32,11 @@ def _numpy_all(mask: np.ndarray) -> bool:
 
 
 def _exp_ratio(x, c: float):
-    """exp(x) / c; from x = 709 on (where exp(x) may overflow and the quotient not) e^(x - 709) (e^709 / c), where
-    x - 709 is exact (Sterbenz): within 3 ulp."""
-    return np.where(x < 709.0, np.exp(np.minimum(x, 709.0)) / c, np.exp(x - 709.0) * (math.exp(709.0) / c))
+    """exp(x) / c as e^(x - s) (e^s / c) with one exp: s = 0, or s = 709 from x = 709 on (where exp(x) may
+    overflow and the quotient not; x - 709 is exact there, Sterbenz): within 2 ulp."""
+    big = x >= 709.0
+    y = np.exp(np.where(big, x - 709.0, x))
+    return np.where(big, y * (math.exp(709.0) / c), y / c)
 
 
 numpy_ops = SimpleNamespace(
@@ -91,8 +93,9 @@ def torch_ops() -> SimpleNamespace:
         return torch.where(cond, a, b)
 
     def exp_ratio(x, c: float):
-        return torch.where(x < 709.0, torch.exp(torch.clamp(x, max=709.0)) / c,
-                           torch.exp(x - 709.0) * (math.exp(709.0) / c))  # as the NumPy one
+        big = x >= 709.0  # as the NumPy one: one exp (scalars as wrapped numbers: no copy to the device)
+        y = torch.exp(torch.where(big, x - 709.0, x))
+        return torch.where(big, y * (math.exp(709.0) / c), y / c)
 
     def all_true(mask) -> bool:
         """On the CPU a check costs no synchronisation; elsewhere, or while compiling, loops run their length."""
