@@ -102,18 +102,14 @@ def generic_refined_bounds(lp, delta, lower_at_one, d_up, d_lo):
     return generic_polished_bounds(lp, delta, lower_at_one, offset_log_w(d_up), offset_log_w(d_lo))
 
 
-def kl_polish(lp, p, pc, log_w, delta):
+def kl_polish(p, pc, log_w, delta):
     """(log r, log s) at the root from a start log w within ~1e-7 of it: one Halley correction in d, applied to
     log r and log s through their Taylor expansions (d log r/dd = 1-q, d log s/dd = -q, both second
-    derivatives -q(1-q)): the cells are evaluated once."""
-    den = p + xp.exp(log_w)  # (1 + pE)/E
-    x = pc / den  # r - 1
-    log_r = xp.log1p(x)
-    z = lp - log_w  # log(pE)
-    far = -p / den < -0.5
-    log_s = xp.where(far, -(z + xp.log1p(xp.exp(-z))), xp.log1p(-p / den))  # -log(1 + pE)
-    s = xp.where(far, xp.exp(log_s), 1.0 - p / den)
-    h = p * phi(x, log_r) + pc * phi(s - 1.0, log_s) - delta
+    derivatives -q(1-q)): the cells are evaluated once, from log w (:func:`seeded_cells`: three
+    transcendentals per root where computing log s through log(pE) took six; Numba, 1 thread, 1M tokens,
+    median of 7 interleaved rounds: 45.3 -> 32.1 ns/token on llm tokens, 44.5 -> 31.9 on mid)."""
+    (x, log_r, _, y, log_s, s, _), _ = seeded_cells(p, pc, log_w)  # r - 1, log r, s - 1, log s, s: 3 transcendentals
+    h = p * phi(x, log_r) + pc * phi(y, log_s) - delta
     one_minus_q = pc * s
     q = 1.0 - one_minus_q
     g2 = q * one_minus_q  # G''
@@ -135,7 +131,7 @@ def kl_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None):
     pc = xp.exp(lq)
     seeded = xp.logical_and(xp.logical_and(xp.isfinite(log_w_up), lps >= LOG_P_TINY),
                             xp.logical_and(xp.isfinite(log_w_lo), lq >= LOG_P_TINY))  # fmt: skip
-    log_r = kl_polish(lps, p, pc, log_w_up, delta)[0]
-    log_s = kl_polish(lq, pc, p, log_w_lo, delta)[1]
+    log_r = kl_polish(p, pc, log_w_up, delta)[0]
+    log_s = kl_polish(pc, p, log_w_lo, delta)[1]
     lower, upper, status = _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one)
     return lower, upper, _mark_unseeded(lp, seeded, status)
