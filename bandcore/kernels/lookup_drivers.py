@@ -8,9 +8,9 @@ from types import ModuleType
 
 from . import lookup
 from .binding import generated_source, load_generated
-from .drivers import BLOCK, by_value_source, serial_and_parallel
+from .drivers import by_value_source, serial_and_parallel
 
-__all__ = ["CHUNKS", "lookup_module"]
+__all__ = ["CHUNKS", "TABLE_BLOCK", "lookup_module"]
 # The table kernel (:func:`lookup_module`) runs :mod:`.lookup`'s steps (its docstring) with the fast ops
 # (:mod:`.numba_fast_ops`) and every select computed: per run of blocks (one buffer allocation), per block of
 # BLOCK tokens, per bound, a vectorised loop for the cells' variables and octaves, a scalar loop for the gathers,
@@ -154,6 +154,12 @@ def table_kernel{suffix}(log_p, lower, upper, tol, ratios, out_lo, out_up):
 '''
 #: Runs of blocks per call of a table kernel (:data:`_TABLE_DRIVER`).
 CHUNKS = 64
+#: Tokens per block of the table kernel (``BLOCK`` in its source; its buffers: 40 KB).  Each block and bound
+#: costs a few calls and loop remainders, so larger blocks than the solvers' pay at 10k tokens: 1 thread, CPU
+#: time of ``log()``, median of 7 interleaved rounds (``scripts/ab_lookup.py``), 256 -> 1024: js 12.0 -> 10.5
+#: ns/token on 10k mid tokens, reverse_kl 11.5 -> 10.2, kl 8.0 -> 7.6; at 500k js 10.8 -> 10.1, kl 6.7 -> 6.9;
+#: 1024 against 512: 1.03-1.08x at 10k.
+TABLE_BLOCK = 1024
 #: The bound kinds of :mod:`.lookup` (module docstring).
 _KINDS = range(6)
 
@@ -171,6 +177,6 @@ def lookup_module() -> ModuleType:
     """The generated module of the table lookup (:data:`_TABLE_DRIVER`), with the fast ops
     (:mod:`.numba_fast_ops`) and every select computed, so that the vectorised loops vectorise."""
     drivers = by_value_source() + _table_drivers()
-    source = generated_source([(lookup, False)], "numba_fast_ops", [f"BLOCK = {BLOCK}", f"CHUNKS = {CHUNKS}"], drivers,
-                              inline=True)
+    constants = [f"BLOCK = {TABLE_BLOCK}", f"CHUNKS = {CHUNKS}"]
+    source = generated_source([(lookup, False)], "numba_fast_ops", constants, drivers, inline=True)
     return load_generated(source, "bandcore_numba_lookup")
