@@ -364,6 +364,44 @@ def test_time_limit_raises_budget_exceeded_and_recursion_is_contained():
     assert bounded(lambda: deep(0), 5.0) is None  # RecursionError becomes "no answer"
 
 
+def test_an_interruption_landing_in_a_gc_callback_is_neither_reported_nor_lost(monkeypatch):
+    """The watchdog may strike while the interpreter runs a finalizer or a gc callback, where an exception is
+    only "ignored" (sys.unraisablehook).  Such a BudgetExceeded is ours: it is dropped, the next one ends the
+    call; an unrelated exception raised in a callback still reaches the hook."""
+    import gc
+    import sys
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    landed = []
+
+    def slow_callback(phase, info):
+        if phase == "start":
+            try:
+                _spin(0.3)  # the watchdog fires in here
+            except BudgetExceeded:
+                landed.append(True)
+                raise
+
+    gc.callbacks.append(slow_callback)
+    try:
+        assert bounded(lambda: (gc.collect(), _spin(30)), 0.05) is None  # a 30 s spin returns a tuple
+    finally:
+        gc.callbacks.remove(slow_callback)
+    assert landed, "the interruption never reached the callback: the test did not exercise the case"
+    assert [r.exc_type for r in reported] == []
+
+    def failing_callback(phase, info):
+        raise ValueError("a bug of the callback's own")
+
+    gc.callbacks.append(failing_callback)
+    try:
+        assert bounded(gc.collect, 5.0) is not None
+    finally:
+        gc.callbacks.remove(failing_callback)
+    assert reported and {r.exc_type for r in reported} == {ValueError}  # each collection's "start" and "stop"
+
+
 # f = (u-1)**64 reaches 1e308 on the validity grid: the numeric generator check warns about the overflow
 _OVERFLOW_OK = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 HARD = [

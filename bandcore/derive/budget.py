@@ -15,6 +15,11 @@ flags the moment it injects, the caller waits for that flag to drop and then cle
 pending, so no exception escapes after the call.  Like a signal, the exception is delivered between Python
 bytecodes: a single long C call (a huge integer product) is interrupted only when it returns.
 
+The exception may also strike while the interpreter runs a finalizer, a weakref callback or a ``gc`` callback
+in the interrupted thread.  There Python cannot propagate it and hands it to ``sys.unraisablehook`` ("Exception
+ignored in ..."); the first budgeted call installs a filter in front of the hook that drops such a
+:class:`BudgetExceeded` (the next repetition ends the call) and passes every other exception on unchanged.
+
 On an interpreter without ``PyThreadState_SetAsyncExc`` the main thread falls back to ``SIGALRM``; elsewhere a
 budgeted call is not run at all and :func:`bounded` returns ``None`` (:func:`available` tells which).
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import math
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -54,6 +60,25 @@ _LOCAL = threading.local()
 
 class BudgetExceeded(BaseException):
     """A budgeted call ran past its time limit (a :class:`BaseException`: ``except Exception`` does not catch it)."""
+
+
+_HOOK_LOCK = threading.Lock()
+
+
+def _drop_stray_interruptions() -> None:
+    """Put a filter in front of ``sys.unraisablehook`` that drops a :class:`BudgetExceeded` raised where Python
+    cannot propagate it (a finalizer, a gc callback); the filter is installed once per hook it wraps."""
+    with _HOOK_LOCK:
+        hook = sys.unraisablehook
+        if getattr(hook, "_drops_budget_exceeded", False):
+            return
+
+        def filtered(unraisable: Any) -> None:
+            if unraisable.exc_type is not BudgetExceeded:
+                hook(unraisable)
+
+        filtered._drops_budget_exceeded = True  # type: ignore[attr-defined]
+        sys.unraisablehook = filtered
 
 
 def available() -> bool:
@@ -117,6 +142,7 @@ class time_limit:
         if math.isinf(self.seconds):  # no limit at all: nothing to watch
             self._armed = True
             return self
+        _drop_stray_interruptions()
         if _SET_ASYNC_EXC is not None:
             self._mode = "thread"
             self._target = threading.get_ident()
