@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from bandcore.rl.toy import TrainConfig, read_metrics, run
+from experiments.toy import TrainConfig, read_metrics, run
 
 
 def main() -> None:

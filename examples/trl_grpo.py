@@ -5,7 +5,7 @@ r"""GRPO in TRL with the Band as its ratio clip: a tiny Llama learns a verifiabl
 Everything is built here, nothing comes from a model hub:
 
 1. **Task**: reverse a digit string (``--task reverse``, the default) or add two numbers (``--task add``), from
-   :mod:`bandcore.rl.toy.tasks`.  Its prompts and answers become the text columns of a ``datasets.Dataset``
+   :mod:`experiments.toy.tasks`.  Its prompts and answers become the text columns of a ``datasets.Dataset``
    (``"prompt"``: ``"4721="``, ``"answer"``: ``"1274"``).
 2. **Tokenizer**: one token per character, its vocabulary trained with ``tokenizers`` (``WordLevelTrainer``) on
    the task's strings, wrapped as a ``PreTrainedTokenizerFast`` (left padding; ``<eos>`` ends a completion).
@@ -45,8 +45,8 @@ from transformers import (
     set_seed,
 )
 
-from bandcore.rl.toy.tasks import BOS, EOS, PAD, Task, get_task
 from bandcore.rl.trl import BandGRPOConfig, BandGRPOTrainer
+from experiments.toy.tasks import BOS, EOS, PAD, Task, get_task
 
 #: Task name -> problem size used here (string length for reverse, digits per operand for add).
 TASK_SIZES = {"reverse": 4, "add": 2}

@@ -30,7 +30,7 @@ import torch
 from bandcore.band import band_log, torch_function
 from bandcore.oracle import reference_band_log
 from bandcore.tables import BandTable, rel_log_error
-from bandcore.tools.bench import llm_like_log_probs
+from benchmarks.bench import llm_like_log_probs
 
 DIVERGENCES = ("kl", "tv", "pearson", "alpha(0.5)")
 TABLE_DIVERGENCES = ("kl", "tv", "pearson")

@@ -24,8 +24,8 @@ import time
 import torch
 
 from bandcore.cli.train import add_config_options
-from bandcore.rl.toy.config import TrainConfig
-from bandcore.rl.toy.train import read_metrics, run
+from experiments.toy.config import TrainConfig
+from experiments.toy.train import read_metrics, run
 
 GPU_DEFAULTS = {
     "task": "add", "digits": 3, "size": "medium", "device": "cuda", "method": "band", "divergence": "kl",

@@ -5,7 +5,7 @@
 >>> case = cases[0]; case.log_p, case.delta, case.log_upper   # floats (rounded once from the 30-digit refs)
 
 Every row was computed by ``bandcore.oracle.band_log_mp`` at 50 digits and stored to 30 significant digits
-(``tests/data/make_oracle_cases.py`` regenerates the file; ``tests/test_oracle_suite.py`` checks it is fresh).
+(``tests/data/make_oracle_cases.py`` regenerates the file; ``tests/band/test_oracle_suite.py`` checks it is fresh).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 * ``region`` — where the clipped PPO surrogate is flat over (p, r), for A > 0 and A < 0.
 
 Divergences take every spelling of :func:`bandcore.divergences.resolve` (a name, an alias, ``alpha(a)``, a
-formula in u).  The figures are :mod:`bandcore.tools.plot`.
+formula in u).  The figures are :mod:`bandcore.plot`.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _handle(args: argparse.Namespace) -> int:
 
     import matplotlib.pyplot as plt
 
-    from ..tools.plot import plot_bounds, plot_ratio, plot_region
+    from ..plot import plot_bounds, plot_ratio, plot_region
 
     if args.figure == "bounds":
         fig = plot_bounds(delta, divergences, eps=args.eps, out=out)

@@ -5,8 +5,9 @@
 
 - :mod:`bandcore.rl.loss`: :func:`band_policy_loss`, :func:`per_token_policy_loss`, :func:`aggregate_loss`;
 - :mod:`bandcore.rl.bounds`: :func:`log_ratio_bounds`, the per-token bounds (the Band or a fixed clip);
-- :mod:`bandcore.rl.trl`, :mod:`bandcore.rl.verl`: the plug-ins (each imports its framework when imported);
-- :mod:`bandcore.rl.toy`: a small GRPO/BandPO trainer on verifiable toy tasks (``bandcore train``).
+- :mod:`bandcore.rl.trl`, :mod:`bandcore.rl.verl`: the plug-ins (each imports its framework when imported).
+
+The small GRPO/BandPO trainer on toy tasks is an experiment, not library code: ``experiments.toy`` in a checkout.
 """
 
 from __future__ import annotations

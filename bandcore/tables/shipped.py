@@ -8,7 +8,7 @@ the α-family, and 2-D tables over δ ∈ [0.01, 0.2] (:data:`SHIPPED_DELTA_RANG
 split at the threshold L*(δ) recomputed for each δ (:mod:`bandcore.tables.grid2d`), with logarithmic tails where
 they need them (reverse KL); all at target 1e-7, all ``.npz``, listed
 with sizes, certified errors and checksums in ``manifest.json``.  :func:`regenerate` rebuilds them; a build depends
-on its inputs only (no clock, no thread count: ``tests/test_tables_determinism.py``), so regenerating
+on its inputs only (no clock, no thread count: ``tests/tables/test_tables_determinism.py``), so regenerating
 unchanged code reproduces every file byte for byte;
 :func:`check_shipped` (``bandcore table check-shipped``, and a test) reports them stale when the manifest, a
 file's checksum or metadata disagree with the specification, or when the exact solver, recomputed at a sample
@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..divergences.catalogue import CATALOGUE
 from .chebyshev import THRESHOLD, lobatto
 from .formats import FORMAT_VERSION, SHIPPED_DIR, read_table, shipped_name
 from .limits import L_RANGE
@@ -35,12 +36,23 @@ from .table import BandTable
 from .tabulated import exact_solver, stored
 from .threshold import SplitBound, threshold_dd
 
-__all__ = ["MANIFEST", "SHIPPED", "SHIPPED_DELTAS", "SHIPPED_DELTA_RANGE", "SHIPPED_DIR", "SHIPPED_NAMES",
-           "SHIPPED_NAMES_2D", "check_shipped", "regenerate"]  # fmt: skip
+__all__ = [
+    "MANIFEST",
+    "SHIPPED",
+    "SHIPPED_ALPHAS",
+    "SHIPPED_DELTAS",
+    "SHIPPED_DELTA_RANGE",
+    "SHIPPED_DIR",
+    "SHIPPED_NAMES",
+    "SHIPPED_NAMES_2D",
+    "check_shipped",
+    "regenerate",
+]  # fmt: skip
 
-#: the divergences shipped as 1-D tables at every delta of :data:`SHIPPED_DELTAS`
-SHIPPED_NAMES = ("kl", "tv", "pearson", "neyman", "hellinger", "lecam", "alpha(0.5)", "alpha(-1)", "js",
-                 "reverse_kl", "alpha(0.7)")  # fmt: skip
+#: the members of the α-family shipped beside every fixed-formula catalogue entry
+SHIPPED_ALPHAS = ("0.5", "0.7", "-1")
+#: the divergences shipped as 1-D tables at every delta of :data:`SHIPPED_DELTAS`: the catalogue and those α
+SHIPPED_NAMES = (*CATALOGUE, *(f"alpha({a})" for a in SHIPPED_ALPHAS))
 #: the standard delta grid
 SHIPPED_DELTAS = (0.01, 0.02, 0.05, 0.1, 0.2)
 #: the divergences shipped as 2-D tables over :data:`SHIPPED_DELTA_RANGE`: all of them

@@ -3,7 +3,7 @@
 Run ``python tests/data/make_oracle_cases.py`` (a few minutes).  Each row: divergence name, α (for the α-family,
 else empty), ``log_p`` and ``delta`` as exact ``repr`` of float64, ``log_lower``/``log_upper`` to 30 significant
 digits (``-inf`` for a saturated lower bound; a saturated upper bound is exactly ``-log_p``), and the two
-saturation flags.  ``tests/test_oracle_suite.py`` re-computes a few rows to check the file is fresh.
+saturation flags.  ``tests/band/test_oracle_suite.py`` re-computes a few rows to check the file is fresh.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ import mpmath as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bandcore.divergences import get_divergence
+from bandcore.divergences.catalogue import CATALOGUE
 from bandcore.oracle import band_log_mp
 
 PATH = Path(__file__).with_name("oracle_cases.csv")
 COLUMNS = ("divergence", "alpha", "log_p", "delta", "log_lower", "log_upper", "lower_saturated", "upper_saturated")
 DIVERGENCES = (
-    *((name, None) for name in ("kl", "reverse_kl", "tv", "pearson", "neyman", "hellinger", "lecam", "js")),
+    *((name, None) for name in CATALOGUE),
     ("alpha", 3.0),
     ("alpha", 2.0),
     ("alpha", 0.5),

@@ -1,0 +1,5 @@
+"""``python -m bandcore [command] ...``: the ``bandcore`` command line."""
+
+from bandcore.cli import main
+
+raise SystemExit(main())
