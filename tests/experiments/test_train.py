@@ -201,7 +201,7 @@ def test_every_config_field_is_an_option_generated_from_the_dataclass():
 
 
 def test_generated_options_reach_the_config():
-    from bandcore.cli.train import _given
+    from experiments.toy.cli import _given
 
     args = build_parser("train").parse_args(
         ["train", "--out", "x", "--max-grad-norm", "0.5", "--clip-eps-high", "none", "--loss-agg-mode",
@@ -331,7 +331,7 @@ def test_compare_quick_on_a_tiny_budget_gives_intervals_tables_and_identical_rer
     assert summary["determinism"] == {"seeds": [0, 1], "torch_threads": 1, "deterministic_algorithms": "strict",
                                       "torch_version": torch.__version__}
     # the recorded command reproduces the comparison: it parses to the same options
-    from bandcore.cli.train import _given
+    from experiments.toy.cli import _given
 
     words = summary["command"].split()
     assert words[:3] == ["bandcore", "train", "--compare"]
