@@ -197,11 +197,13 @@ def test_trainer_attributes_exist_after_init(example, tmp_path):
     ("overrides", "match"),
     [
         ({"importance_sampling_level": "sequence", "loss_type": "grpo"}, "importance_sampling_level .* 'sequence'"),
-        ({"loss_type": "cispo"}, "loss_type must be one of .* got 'cispo'"),
+        ({"loss_type": "cispo"}, "band_loss_form='clip' runs through TRL's loss_type in .* got loss_type='cispo'"),
+        ({"band_loss_form": "dppo"}, "band_loss_form='dppo' runs through TRL's loss_type in \\('cispo',\\), got "
+                                     "loss_type='dapo'"),
         ({"loss_type": "sapo"}, "loss_type must be one of .* got 'sapo'"),
         ({"loss_type": "vespo"}, "loss_type must be one of .* got 'vespo'"),
         ({"loss_type": "luspo", "importance_sampling_level": "sequence"}, "importance_sampling_level"),
-        ({"use_liger_kernel": True}, "use_liger_kernel=True is not supported"),
+        ({"use_liger_kernel": True}, r"use_liger_kernel must be one of \(False,\) .* got True \(Liger's fused"),
         ({"band_delta": 0.0}, "delta must be a finite number > 0, got 0.0"),
         ({"band_max_ratio": 1.0}, "max_ratio must be a finite number > 1, got 1.0"),
         ({"band_divergence": "no-such-divergence"}, "no-such-divergence"),
