@@ -47,6 +47,8 @@ def scheduled_delta(schedule: str, step: int, start: float, end: float | None = 
     if schedule == "constant":
         return start
     tau = min(1.0, max(0, step - hold) / steps)
+    if tau in (0.0, 1.0):  # the ends exactly
+        return start if tau == 0.0 else end
     if schedule == "linear":
         return start + (end - start) * tau
     if schedule == "cosine":
