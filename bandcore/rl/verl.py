@@ -75,6 +75,7 @@ from typing import Any
 import torch
 import verl
 from packaging.version import Version
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
 from verl.workers.config import PolicyLossConfig
 
@@ -82,7 +83,8 @@ from .loss import per_token_policy_loss
 from .provider import BandBounds
 from .settings import BandSettings
 
-__all__ = ["HOST_KEYS", "LOSS_NAME", "BandPolicyLossConfig", "band_settings", "compute_policy_loss_bandpo"]
+__all__ = ["HOST_KEYS", "LOSS_NAME", "BandPolicyLossConfig", "band_settings", "compute_policy_loss_bandpo",
+           "reset_step_state"]
 
 LOSS_NAME = "bandpo"
 
@@ -171,13 +173,22 @@ def _on_optimizer_step(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
     _USED_SINCE_STEP.clear()
 
 
+def reset_step_state() -> None:
+    """Forget this process's step counts and controller states (a new run in the same process; tests).
+
+    The plug-in keeps one bounds provider per distinct :class:`BandSettings` in a process: two losses with the
+    same settings share their step count."""
+    _PROVIDERS.clear()
+    _USED_SINCE_STEP.clear()
+
+
 def _provider(settings: BandSettings) -> BandBounds:
     global _STEP_HOOK
     provider = _PROVIDERS.get(settings)
     if provider is None:
         provider = _PROVIDERS[settings] = settings.bounds_provider()
         if settings.moving and _STEP_HOOK is None:
-            _STEP_HOOK = torch.optim.optimizer.register_optimizer_step_post_hook(_on_optimizer_step)
+            _STEP_HOOK = register_optimizer_step_post_hook(_on_optimizer_step)
     return provider
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import subprocess
@@ -92,7 +93,7 @@ def test_bad_settings_name_the_hosts_key(values, error, match):
 
 
 def test_host_key_names_replace_the_prefix_in_messages():
-    with pytest.raises(ValueError, match="clip_ratio_c must be a finite number > 1, got 0.5"):
+    with pytest.raises(ValueError, match=r"clip_ratio_c must be a finite number > 1, got 0\.5"):
         BandSettings(loss_form="dppo", clip_ratio_c=0.5, key_prefix="band_", key_names=(("clip_ratio_c",
                                                                                          "clip_ratio_c"),))
 
@@ -121,8 +122,8 @@ def test_from_host_reads_prefixed_keys_from_objects_and_mappings():
 
 def test_the_on_policy_rule():
     settings = BandSettings(key_prefix="band_")
-    with pytest.raises(ValueError, match="the ratio is always 1 with ppo_epochs=1, so the Band never acts; .* set "
-                                         "band_allow_on_policy=True"):
+    with pytest.raises(ValueError, match=r"the ratio is always 1 with ppo_epochs=1, so the Band never acts; .* set "
+                                         r"band_allow_on_policy=True"):
         settings.check_on_policy(True, "ppo_epochs=1")
     settings.check_on_policy(False, "ppo_epochs=2")
     BandSettings(allow_on_policy=True).check_on_policy(True, "ppo_epochs=1")
@@ -138,7 +139,7 @@ def test_schedules_by_hand():
     for name in ("linear", "cosine", "exponential"):
         values = [scheduled_delta(name, t, 0.2, 0.02, 10, hold=3) for t in range(20)]
         assert values[:4] == [0.2] * 4 and values[13:] == [0.02] * 7, name
-        assert all(a >= b for a, b in zip(values, values[1:], strict=False)), name
+        assert all(a >= b for a, b in itertools.pairwise(values)), name
     assert scheduled_delta("linear", 8, 0.2, 0.02, 10, hold=3) == pytest.approx(0.2 - 0.18 * 0.5)
     assert scheduled_delta("cosine", 8, 0.2, 0.02, 10, hold=3) == pytest.approx(0.11)
     assert scheduled_delta("exponential", 8, 0.2, 0.02, 10, hold=3) == pytest.approx(0.2 * 0.1**0.5)
@@ -157,13 +158,13 @@ def test_controller_is_monotone_bounded_and_still_at_target():
         for kl in kls:
             c = KLController(start, target_kl=0.01, rate=0.3, delta_min=0.01, delta_max=0.2)
             moved.append(c.update(float(kl)))
-        assert all(a >= b for a, b in zip(moved, moved[1:], strict=False))  # non-increasing in the measured KL
+        assert all(a >= b for a, b in itertools.pairwise(moved))  # non-increasing in the measured KL
         assert all(0.01 <= d <= 0.2 for d in moved)
         assert max(moved) <= min(0.2, start * math.exp(0.3)) * (1 + 1e-15)
         assert min(moved) >= max(0.01, start * math.exp(-0.3)) * (1 - 1e-15)
     for kl in (1e-4, 0.01, 0.5):  # non-decreasing in the previous delta
         after = [KLController(d, 0.01, 0.3, 0.01, 0.2).update(kl) for d in np.linspace(0.01, 0.2, 50)]
-        assert all(a <= b for a, b in zip(after, after[1:], strict=False))
+        assert all(a <= b for a, b in itertools.pairwise(after))
     c = KLController(0.05, 0.01, 0.3, 0.01, 0.2)
     assert c.update(0.01) == 0.05 and c.update(0.0) == 0.05  # at target, and no information: still
     assert c.update(0.02) == pytest.approx(0.05 * math.exp(-0.3 * math.log(2)))
