@@ -45,8 +45,8 @@ the optimizer step that generated it, the ratio is exactly 1 and no bound can ac
 therefore defaults to ``num_iterations=2`` and refuses (``ValueError`` naming the three fields) a configuration
 where the ratio is always 1 (:meth:`BandSettings.check_on_policy`), unless ``band_allow_on_policy=True`` says that
 it is intended or ``band_anchor="rollout"`` anchors the Band elsewhere; a batch that still arrives without
-``old_per_token_logps`` is run through TRL's loss unchanged (with one ``UserWarning`` unless
-``band_allow_on_policy`` is set).
+``old_per_token_logps`` is run through TRL's loss unchanged (the dppo form: with the truncation :math:`C`), with
+one ``UserWarning`` unless ``band_allow_on_policy`` is set.
 
 Metrics added to TRL's (``self._metrics[mode]``, reduced over processes with one host synchronisation per
 step): ``band/delta`` (or ``band/delta_low`` and ``band/delta_high`` when they differ), ``band/clip_ratio/{low,
@@ -312,12 +312,18 @@ class BandGRPOTrainer(GRPOTrainer):
                 "inputs['sampling_per_token_logps'] only when it generates with vLLM (use_vllm=True) or with a "
                 "rollout_func that returns logprobs; this batch has no sampling_per_token_logps"
             )
+        saved = (self.epsilon_low, self.epsilon_high)
         if inputs.get("old_per_token_logps") is None and settings.anchor == "old":
             if not (self._band_warned_on_policy or settings.allow_on_policy):
                 self._band_warned_on_policy = True
                 warnings.warn(_ON_POLICY_WARNING, UserWarning, stacklevel=2)
-            return super()._compute_loss(model, inputs)
-        saved = (self.epsilon_low, self.epsilon_high)
+            if settings.loss_form == "clip":
+                return super()._compute_loss(model, inputs)  # r = 1: inside every bound, TRL's loss as it is
+            self.epsilon_high = settings.truncation  # r = 1 keeps every token: the dppo form's weight min(1, C)
+            try:
+                return super()._compute_loss(model, inputs)
+            finally:
+                self.epsilon_low, self.epsilon_high = saved
         self._band_inputs = inputs
         try:
             loss = super()._compute_loss(model, inputs)

@@ -212,3 +212,18 @@ def test_the_rollout_anchor_without_rollout_log_probs_names_the_key(driver):
     trainer = driver.trainer(anchor="rollout")
     with pytest.raises(ValueError, match=r"band_anchor='rollout' needs .* sampling_per_token_logps"):
         trainer._compute_loss(trainer.model, dict(driver.inputs))
+
+
+def test_an_on_policy_batch_in_the_dppo_form_keeps_every_token_at_weight_one(driver):
+    """No old log-probabilities: r = 1 is inside every trust region, so the dppo form is -A log pi over all tokens
+    (TRL's cispo with its own epsilon_high would weight them by min(1, epsilon_high) instead)."""
+    config = BandGRPOConfig(**driver._base(num_iterations=1, loss_type="cispo", epsilon_high=0.2),
+                            band_loss_form="dppo", band_allow_on_policy=True)
+    trainer = driver.trainer(config=config)
+    inputs = {k: v for k, v in driver.inputs.items() if k != "old_per_token_logps"}
+    run = driver._run(trainer, inputs)
+    _, adv, mask = driver.batch()
+    log_prob = driver.log_prob()
+    want, _ = band_policy_loss(log_prob, log_prob.detach(), adv, mask, loss_form="dppo")
+    torch.testing.assert_close(run.loss, want, rtol=2e-5, atol=0)
+    assert trainer.epsilon_high == 0.2  # restored
