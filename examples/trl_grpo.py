@@ -1,6 +1,7 @@
 r"""GRPO in TRL with the Band as its ratio clip: a tiny Llama learns a verifiable task on the CPU (no download).
 
     python examples/trl_grpo.py --out runs/trl_grpo [--max-steps 160] [--divergence kl] [--delta 0.05] [--seed 0]
+        [--loss-form clip|dppo] [--delta-schedule linear --delta-end 0.02]
 
 Everything is built here, nothing comes from a model hub:
 
@@ -219,6 +220,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, default=160, help="GRPO optimizer steps")
     parser.add_argument("--divergence", default="kl", help="the Band's f-divergence")
     parser.add_argument("--delta", type=float, default=0.05, help="the Band's radius δ")
+    parser.add_argument("--loss-form", default="clip", choices=("clip", "dppo"),
+                        help="clip: PPO's clip at the Band (BandPO); dppo: DPPO's objective (TRL's cispo loss)")
+    parser.add_argument("--delta-schedule", default="constant", choices=("constant", "linear", "cosine", "exponential"),
+                        help="move δ from --delta to --delta-end over the --max-steps optimizer steps")
+    parser.add_argument("--delta-end", type=float, default=None, help="the last δ of --delta-schedule")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--task", default="reverse", choices=sorted(TASK_SIZES))
     parser.add_argument("--reward", default="exact", choices=sorted(REWARDS))
@@ -245,6 +251,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         output_dir=str(out / "trainer"),
         band_divergence=args.divergence,
         band_delta=args.delta,
+        band_loss_form=args.loss_form,
+        loss_type="cispo" if args.loss_form == "dppo" else "dapo",  # TRL's truncated-IS loss carries the dppo form
+        band_delta_schedule=args.delta_schedule,
+        band_delta_end=args.delta_end,
+        band_delta_steps=None if args.delta_schedule == "constant" else args.max_steps,
         num_iterations=2,  # each generated batch is optimised twice: the ratio moves and the Band acts
         max_steps=args.max_steps,
         learning_rate=args.learning_rate,

@@ -21,6 +21,11 @@
 #                         clip for negative advantages (the BandPO runs used δ = 0.05, u ≤ 10, c = 10);
 #   VERL_USE_EXTERNAL_MODULES, forwarded to every Ray worker, registers the loss there too (belt and braces;
 #                         the verl.plugins entry point does the same whenever bandcore is pip-installed).
+# Other band_* keys (docs/rl.md), each with "+": band_loss_form=dppo runs DPPO's objective on the Band (then
+#   clip_ratio_c is its truncation C, 20 in DPPO; with band_divergence=kl or tv it is verl's dppo_kl / dppo_tv with
+#   clip_ratio_low / clip_ratio_high = band_delta_low / band_delta_high); band_delta_low / band_delta_high set
+#   one-sided radii; band_delta_schedule=linear|cosine|exponential with band_delta_end and band_delta_steps moves
+#   delta over optimizer steps; band_target_kl adapts it to a measured KL.
 # Pitfall: algorithm.rollout_correction.bypass_mode=True would overwrite loss_mode with "bypass_mode" and
 # silently train without the Band; it is pinned to False below.
 set -euo pipefail

@@ -23,63 +23,37 @@ This module imports torch only; the Band's solver (:mod:`bandcore.band`) is impo
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
 from bandcore._contract import LOG_P_TOLERANCE
 
-__all__ = ["CLIP_HIGHER_EPS", "FIXED_CLIP", "METHODS", "check_bound_settings", "check_divergence", "log_ratio_bounds"]
+from .provider import CLIP_HIGHER_EPS, band_log_bounds, cap_upper, fixed_log_bounds
+from .settings import METHODS, check_divergence, check_real, resolve_radii
 
-METHODS = ("band", "clip", "clip-higher")
+__all__ = ["CLIP_HIGHER_EPS", "FIXED_CLIP", "METHODS", "check_bound_settings", "check_divergence", "check_real",
+           "log_ratio_bounds"]
+
 #: The fixed clip every metric is compared against: PPO's [0.8, 1.2].
 FIXED_CLIP = (0.8, 1.2)
-#: clip-higher's default ε_high (DAPO).
-CLIP_HIGHER_EPS = 0.28
-
-
-def check_real(name: str, value: Any, *, above: float = 0.0, below: float | None = None) -> float:
-    """``value`` as a float with ``above < value`` (and ``value < below``); TypeError / ValueError naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    value = float(value)
-    if not (math.isfinite(value) and value > above):
-        raise ValueError(f"{name} must be a finite number > {above:g}, got {value!r}")
-    if below is not None and value >= below:
-        raise ValueError(f"{name} must be in ({above:g}, {below:g}), got {value!r}")
-    return value
-
-
-def check_divergence(divergence: Any, delta: float = 0.05) -> Any:
-    """The :class:`bandcore.Divergence` of ``divergence`` by :func:`bandcore.divergences.resolve_region`: a
-    transform (``renyi(2)``) gives its f-divergence, and its radius ``delta`` is checked after the map.
-
-    Its error is re-raised with the spelling in front when the message does not already quote it.
-    """
-    from bandcore.divergences import resolve_region
-
-    try:
-        return resolve_region(divergence, delta)[0]
-    except ValueError as err:
-        if isinstance(divergence, str) and divergence not in str(err):
-            raise ValueError(f"divergence {divergence!r}: {err}") from None
-        raise
 
 
 def check_bound_settings(
     *,
     method: str = "band",
     divergence: Any = "kl",
-    delta: float = 0.05,
+    delta: float | None = None,
     max_ratio: float | None = None,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
+    delta_low: float | None = None,
+    delta_high: float | None = None,
 ) -> None:
     """Raise ``ValueError`` / ``TypeError`` naming the first bad setting of :func:`log_ratio_bounds`.
 
-    The divergence is checked for every method (by :func:`bandcore.divergences.get_divergence`), δ by the Band's
-    own check; no tensor is touched.
+    The divergence is checked for every method (by :func:`bandcore.divergences.resolve_region`), the radii by
+    :func:`bandcore.rl.settings.resolve_radii`; no tensor is touched.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -88,11 +62,10 @@ def check_bound_settings(
     check_real("clip_eps", clip_eps, below=1.0)
     if clip_eps_high is not None:
         check_real("clip_eps_high", clip_eps_high)
-    check_real("delta", delta)
-    from bandcore._contract import check_delta
-
-    check_delta(delta)
-    check_divergence(divergence, delta)  # raises, naming the spelling, if it is not a divergence
+    low, high = resolve_radii(delta, delta_low, delta_high)
+    check_divergence(divergence, low)  # raises, naming the spelling, if it is not a divergence
+    if high != low:
+        check_divergence(divergence, high)
 
 
 def _raise_above_tolerance(values: torch.Tensor, name: str) -> None:
@@ -104,15 +77,17 @@ def _raise_above_tolerance(values: torch.Tensor, name: str) -> None:
     )
 
 
-def _band_log(old_log_prob: torch.Tensor, divergence: Any, delta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    from bandcore.band import band_log
+def _band_log(old_log_prob: torch.Tensor, divergence: Any, delta_low: float,
+              delta_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    from bandcore.divergences import resolve_region
 
     try:
-        # check=False: no host synchronisation; (0, tol] is read as 0, above tol and NaN give NaN
-        return band_log(old_log_prob, divergence, delta, check=False)
+        div, low = resolve_region(divergence, delta_low)
+        high = low if delta_high == delta_low else resolve_region(divergence, delta_high)[1]
     except ValueError:
-        check_divergence(divergence, delta)  # a bad spelling: raise naming it (the grammar may quote only a part)
+        check_divergence(divergence, delta_low)  # a bad spelling: raise naming it (the grammar may quote a part)
         raise
+    return band_log_bounds(old_log_prob, div, low, high)
 
 
 def log_ratio_bounds(
@@ -120,11 +95,13 @@ def log_ratio_bounds(
     *,
     method: str = "band",
     divergence: Any = "kl",
-    delta: float = 0.05,
+    delta: float | None = None,
     max_ratio: float | None = None,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
     check: bool = True,
+    delta_low: float | None = None,
+    delta_high: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Per-token :math:`(\log l, \log u)` for ``method`` (see the module docstring), without gradient.
 
@@ -134,9 +111,13 @@ def log_ratio_bounds(
         :math:`\log p` of the sampled tokens under the sampling policy, any shape, floating point.
     method
         ``"band"``, ``"clip"`` or ``"clip-higher"``.
-    divergence, delta
-        The Band's f-divergence (any spelling :func:`bandcore.divergences.get_divergence` accepts, or a
-        :class:`bandcore.Divergence`) and radius :math:`\delta > 0`.
+    divergence
+        The Band's f-divergence (any spelling :func:`bandcore.divergences.resolve_region` accepts, or a
+        :class:`bandcore.Divergence`).
+    delta, delta_low, delta_high
+        Radii :math:`\delta > 0`: ``delta`` sets both sides (default 0.05); ``delta_low`` gives the lower bound
+        :math:`l = r_{lo}(p, \delta_{low})`, ``delta_high`` the upper :math:`u = r_{up}(p, \delta_{high})`; a
+        side not given takes ``delta``; ``delta`` with a side of another value raises ``ValueError``.
     max_ratio
         Optional cap :math:`u \le` ``max_ratio`` (> 1), for every method.
     clip_eps, clip_eps_high
@@ -162,17 +143,11 @@ def log_ratio_bounds(
     if check and old_log_prob.numel() and bool((old_log_prob > LOG_P_TOLERANCE).any()):
         _raise_above_tolerance(old_log_prob, "old_log_prob")
     if method == "band":
-        delta = check_real("delta", delta)
-        log_lower, log_upper = _band_log(old_log_prob, divergence, delta)
+        low, high = resolve_radii(delta, delta_low, delta_high)
+        log_lower, log_upper = _band_log(old_log_prob, divergence, low, high)
     else:
         eps = check_real("clip_eps", clip_eps, below=1.0)
         default_high = eps if method == "clip" else CLIP_HIGHER_EPS
         eps_high = check_real("clip_eps_high", default_high if clip_eps_high is None else clip_eps_high)
-        # NaN and log p above the tolerance give NaN, as for the Band
-        invalid = torch.isnan(old_log_prob) | (old_log_prob > LOG_P_TOLERANCE)
-        nan = torch.full_like(old_log_prob, math.nan)
-        log_lower = torch.where(invalid, nan, math.log1p(-eps))
-        log_upper = torch.where(invalid, nan, math.log1p(eps_high))
-    if max_ratio is not None:
-        log_upper = torch.clamp(log_upper, max=math.log(max_ratio))
-    return log_lower, log_upper
+        log_lower, log_upper = fixed_log_bounds(old_log_prob, eps, eps_high)
+    return log_lower, cap_upper(log_upper, max_ratio)

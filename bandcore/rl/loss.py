@@ -1,36 +1,46 @@
-r"""The Band policy loss: PPO's clipped surrogate with probability-aware (Band) ratio bounds.
+r"""The Band policy loss: PPO's clipped surrogate, or DPPO's masked truncated-IS objective, at the Band's bounds.
 
 For a sampled token with old log-probability :math:`\log p` (``old_log_prob``), new log-probability
-:math:`\log \pi` (``log_prob``) and advantage :math:`A`:
+:math:`\log \pi` (``log_prob``), advantage :math:`A`, ratio :math:`r = e^{\log\pi - \log p}` and per-token
+bounds :math:`[l, u]` (:func:`bandcore.rl.bounds.log_ratio_bounds`: the Band, or a fixed clip; no gradient):
 
-.. math::
+- ``loss_form="clip"`` (PPO/GRPO/BandPO): :math:`\ell = \max\bigl(-A\,r,\; -A\,\operatorname{clip}(r, l,
+  u)\bigr)`, and, with dual clip :math:`c > 1` (Ye et al. 2020), :math:`\ell \leftarrow \min(\ell, -A\,c)` where
+  :math:`A < 0`;
+- ``loss_form="dppo"`` (DPPO): :math:`\ell = -A\,\operatorname{sg}[\min(r, C)]\,\log\pi\cdot k` with the keep
+  mask :math:`k = [A > 0 \wedge (r \le u \vee \pi \le p)] \vee [A \le 0 \wedge (r \ge l \vee \pi \ge p)]`: a
+  token inside the trust region, or moving back toward it, keeps its truncated importance-sampling gradient
+  :math:`-A \min(r, C)\,\nabla\log\pi`; the others are dropped.  :math:`C` = ``clip_ratio_c`` (default 20).
+  With the Band of ``"kl"`` (:math:`KL(\pi_{old}\|\pi)`, whose :math:`g_f(p, r)` is DPPO's binary KL of
+  :math:`(p, \pi)`) and of ``"tv"`` (:math:`g_f = |\pi - p|`) this is DPPO-Binary-KL and DPPO-Binary-TV, with
+  :math:`\delta_{low}` / :math:`\delta_{high}` in the roles of their low and high thresholds.
 
-    \text{log\_ratio} = \log\pi - \log p, \qquad r = e^{\text{log\_ratio}}, \qquad
-    \ell_{pg} = \max\bigl(-A\,r,\; -A\,\operatorname{clip}(r, l, u)\bigr),
+**Anchor.**  ``anchor_log_prob`` (e.g. the rollout engine's log-probabilities) centres the trust region on
+another policy :math:`\pi_a`: the bounds are the Band of :math:`p_a`, and they bound :math:`\pi/\pi_a`, so the
+interval for :math:`r = \pi/p` is :math:`[l\,\pi_a/p,\ u\,\pi_a/p]`, and "moving back" means toward
+:math:`\pi_a`.  Without it the anchor is the old policy.
 
-and, with dual clip :math:`c > 1` (Ye et al. 2020), :math:`\ell_{pg} \leftarrow \min(\ell_{pg}, -A\,c)` where
-:math:`A < 0`.  The bounds :math:`[l, u]` come from :func:`bandcore.rl.bounds.log_ratio_bounds` (the Band, or
-a fixed clip) and carry no gradient.  The comparison is done in log space,
-:math:`\operatorname{clip}(r, l, u) = \exp(\operatorname{clamp}(\text{log\_ratio}, \log l, \log u))`, so a
-saturated lower bound (:math:`\log l = -\infty`) or a huge upper bound (:math:`u = 1/p`) never overflows.  The
-ratio itself is not clamped (verl clamps the log-ratio to ±20; we do not change the gradient).
+The comparison is done in log space, :math:`\operatorname{clip}(r, l, u) = \exp(\operatorname{clamp}(\log r,
+\log l, \log u))`, so a saturated lower bound (:math:`\log l = -\infty`) or a huge upper bound (:math:`u = 1/p`)
+never overflows.  The ratio itself is not clamped (verl clamps the log-ratio to ±20; we do not change the
+gradient).
 
 Input contract (checked at the boundary by :func:`check_policy_loss_inputs`; ``check=False`` skips the value
 checks, which cost one host synchronisation): ``mask`` non-negative and not NaN; at unmasked tokens finite
 advantages, :math:`\log p \le 10^{-6}` (:data:`bandcore._contract.LOG_P_TOLERANCE`; :math:`(0, 10^{-6}]` is read
-as 0) and, for given ``log_bounds``, :math:`\log l \le \log u`, neither NaN.  Masked positions may hold anything.
+as 0), the same for ``anchor_log_prob`` and, for given ``log_bounds``, :math:`\log l \le \log u`, neither NaN.
+Masked positions may hold anything.
 
-Tokens the sampler could not have produced: :math:`\log p = -\infty` at an unmasked token makes
-:math:`r = \pi/0` infinite, and no trust region is defined there.  Such a token is *dropped from the surrogate*:
-its :math:`\ell_{pg}` is exactly 0 and so is its gradient (the dual clip does not apply), while it keeps its
-weight in the aggregation's token counts (the mask is not changed).  It counts as clipped above in
-``clipfrac_high`` / ``clipfrac`` and their fixed-clip twins, whatever the sign of :math:`A` (its gradient is
-zeroed like that of a token above :math:`u`), and it is left out of the means of :math:`-\log r`,
-:math:`r - 1 - \log r`, :math:`r` and :math:`u - l` (``approx_kl``, ``approx_kl_k3``, ``ratio_mean``,
-``band_width``), which are over the tokens with a finite ratio.
+Tokens the sampler could not have produced: :math:`\log p = -\infty` (or an anchor log-probability of
+:math:`-\infty`) at an unmasked token makes the ratio infinite, and no trust region is defined there.  Such a
+token is *dropped from the surrogate*: its loss is exactly 0 and so is its gradient, while it keeps its weight in
+the aggregation's token counts (the mask is not changed).  It counts as clipped above in ``clipfrac_high`` /
+``clipfrac`` and their fixed-clip twins, whatever the sign of :math:`A`, and it is left out of the means of
+:math:`-\log r`, :math:`r - 1 - \log r`, :math:`r` and :math:`u - l` (``approx_kl``, ``approx_kl_k3``,
+``ratio_mean``, ``band_width``), which are over the tokens with a finite ratio.
 
 Reference: BandPO (Band-constrained policy optimisation); PPO (Schulman et al. 2017); DAPO (Yu et al. 2025);
-Dr. GRPO (Liu et al. 2025).
+Dr. GRPO (Liu et al. 2025); DPPO (Rethinking the Trust Region in LLM Reinforcement Learning, 2026).
 """
 
 from __future__ import annotations
@@ -40,126 +50,36 @@ from typing import Any
 
 import torch
 
-from bandcore._contract import LOG_P_TOLERANCE
-
+from .aggregate import LOSS_AGG_MODES, aggregate_loss
 from .bounds import CLIP_HIGHER_EPS, FIXED_CLIP, METHODS, check_real, log_ratio_bounds
+from .loss_inputs import check_policy_loss_inputs
+from .settings import DEFAULT_CLIP_RATIO_C, LOSS_FORMS
 
-__all__ = ["CLIP_HIGHER_EPS", "FIXED_CLIP", "LOSS_AGG_MODES", "METHODS", "aggregate_loss", "band_policy_loss",
-           "check_policy_loss_inputs", "log_ratio_bounds", "per_token_policy_loss"]
-
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
-                  "seq-mean-token-sum-norm")
-
-
-def _shape(x: torch.Tensor) -> tuple[int, ...]:
-    return tuple(x.shape)
-
-
-def _check_structure(log_prob, old_log_prob, advantages, mask, log_bounds) -> None:
-    """Types, dtypes, shapes and devices (no host synchronisation)."""
-    for name, value in (("log_prob", log_prob), ("old_log_prob", old_log_prob),
-                        ("advantages", advantages), ("mask", mask)):
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
-    for name, value in (("log_prob", log_prob), ("old_log_prob", old_log_prob), ("advantages", advantages)):
-        if not value.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype {value.dtype}")
-    if mask.is_complex():
-        raise TypeError(f"mask must be a bool, integer or floating-point tensor, got dtype {mask.dtype}")
-    if log_prob.ndim != 2:
-        raise ValueError(f"log_prob must have shape (B, T), got shape {_shape(log_prob)}")
-    shape = _shape(log_prob)
-    for name, value in (("old_log_prob", old_log_prob), ("mask", mask)):
-        if _shape(value) != shape:
-            raise ValueError(f"{name} must have the shape of log_prob {shape}, got {_shape(value)}")
-    if _shape(advantages) not in ((shape[0],), (shape[0], 1), shape):
-        raise ValueError(
-            f"advantages must have shape (B,), (B, 1) or (B, T) with (B, T) = {shape} the shape of log_prob, "
-            f"got {_shape(advantages)}"
-        )
-    named = [("old_log_prob", old_log_prob), ("advantages", advantages), ("mask", mask)]
-    if log_bounds is not None:
-        if not (isinstance(log_bounds, (tuple, list)) and len(log_bounds) == 2
-                and all(isinstance(b, torch.Tensor) for b in log_bounds)):
-            raise TypeError(f"log_bounds must be a pair (log_lower, log_upper) of tensors, got {log_bounds!r:.80}")
-        if any(_shape(b) != shape for b in log_bounds):
-            raise ValueError(f"log_bounds must be two tensors of shape {shape} (the shape of log_prob), "
-                             f"got {[_shape(b) for b in log_bounds]}")
-        if not all(b.is_floating_point() for b in log_bounds):
-            raise TypeError(f"log_bounds must be floating-point tensors, got {[b.dtype for b in log_bounds]}")
-        named += [("log_bounds[0]", log_bounds[0]), ("log_bounds[1]", log_bounds[1])]
-    for name, value in named:
-        if value.device != log_prob.device:
-            raise ValueError(f"{name} is on {value.device} but log_prob is on {log_prob.device}")
-
-
-def check_policy_loss_inputs(
-    log_prob: torch.Tensor,
-    old_log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    log_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
-    *,
-    values: bool = True,
-) -> None:
-    r"""Raise ``TypeError`` / ``ValueError`` naming the first input that breaks the loss's contract.
-
-    Structure (always, no synchronisation): tensors, floating dtypes, ``log_prob`` (B, T), ``old_log_prob`` and
-    ``mask`` (B, T), ``advantages`` (B,), (B, 1) or (B, T), ``log_bounds`` two (B, T) tensors, one device.
-    Values (``values=True``; every test is a tensor reduction, all of them read back in one host
-    synchronisation): ``mask`` :math:`\ge 0` and not NaN; at tokens with ``mask != 0``: ``advantages`` finite,
-    ``old_log_prob`` :math:`\le 10^{-6}`, ``log_bounds`` not NaN with :math:`\log l \le \log u`.
-    """
-    _check_structure(log_prob, old_log_prob, advantages, mask, log_bounds)
-    if not values or log_prob.numel() == 0:
-        return
-    with torch.no_grad():
-        valid = mask != 0
-        adv = advantages.detach()
-        adv = adv[:, None] if adv.ndim == 1 else adv
-        old = old_log_prob.detach()
-        tests = {
-            "mask_nan": torch.isnan(mask).any() if mask.is_floating_point() else None,
-            "mask_negative": (mask < 0).any() if mask.dtype != torch.bool else None,
-            "advantages": (valid & ~torch.isfinite(adv)).any(),
-            "old_log_prob": (valid & (old > LOG_P_TOLERANCE)).any(),
-        }
-        if log_bounds is not None:
-            lower, upper = (b.detach() for b in log_bounds)
-            tests["bounds_nan"] = (valid & (torch.isnan(lower) | torch.isnan(upper))).any()
-            tests["bounds_order"] = (valid & (lower > upper)).any()
-        keys = [k for k, v in tests.items() if v is not None]
-        flags = dict(zip(keys, torch.stack([tests[k] for k in keys]).tolist(), strict=True))  # one host sync
-    if not any(flags.values()):
-        return
-    if flags.get("mask_nan"):
-        raise ValueError(f"mask must not hold NaN, got {int(torch.isnan(mask).sum())} NaN value(s)")
-    if flags.get("mask_negative"):
-        negative = mask[mask < 0]
-        raise ValueError(f"mask must be >= 0 (token weights), got {negative.numel()} negative value(s), "
-                         f"e.g. mask={float(negative[0])!r}")
-    if flags["advantages"]:
-        bad = adv.expand_as(valid)[valid & ~torch.isfinite(adv)]
-        raise ValueError(f"advantages must be finite at unmasked tokens, got {bad.numel()} non-finite value(s), "
-                         f"e.g. advantages={float(bad[0])!r}")
-    if flags["old_log_prob"]:
-        bad = old[valid & (old > LOG_P_TOLERANCE)]
-        raise ValueError(
-            f"old_log_prob must be <= 0 at unmasked tokens (log-probabilities; up to {LOG_P_TOLERANCE:g} is read "
-            f"as 0), got {bad.numel()} value(s) above, e.g. old_log_prob={float(bad[0])!r}"
-        )
-    if flags.get("bounds_nan"):
-        raise ValueError("log_bounds must not be NaN at unmasked tokens, got NaN in "
-                         f"{int((valid & (torch.isnan(lower) | torch.isnan(upper))).sum())} token(s)")
-    if flags.get("bounds_order"):
-        where = valid & (lower > upper)
-        raise ValueError(f"log_bounds must have lower <= upper at unmasked tokens, got lower > upper in "
-                         f"{int(where.sum())} token(s), e.g. ({float(lower[where][0])!r}, {float(upper[where][0])!r})")
+__all__ = ["CLIP_HIGHER_EPS", "FIXED_CLIP", "LOSS_AGG_MODES", "LOSS_FORMS", "METHODS", "aggregate_loss",
+           "band_policy_loss", "check_policy_loss_inputs", "log_ratio_bounds", "per_token_policy_loss"]
 
 
 def _masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     # an empty mask gives 0, not 0/0 = NaN
     return (values * weights).sum() / weights.sum().clamp_min(torch.finfo(weights.dtype).tiny)
+
+
+def _check_form(loss_form: Any, dual_clip: Any, clip_ratio_c: Any) -> tuple[float | None, float]:
+    """``(dual_clip, C)`` checked against ``loss_form``; ValueError naming the argument."""
+    if loss_form not in LOSS_FORMS:
+        raise ValueError(f"loss_form must be one of {LOSS_FORMS}, got {loss_form!r}")
+    if dual_clip is not None:
+        dual_clip = check_real("dual_clip", dual_clip, above=1.0)
+        if loss_form == "dppo":
+            raise ValueError(f"dual_clip={dual_clip!r} applies to loss_form='clip'; the dppo form truncates the "
+                             "ratio at clip_ratio_c instead")
+    if clip_ratio_c is None:
+        return dual_clip, DEFAULT_CLIP_RATIO_C
+    truncation = check_real("clip_ratio_c", clip_ratio_c, above=1.0)
+    if loss_form != "dppo":
+        raise ValueError(f"clip_ratio_c={truncation!r} is the truncation of loss_form='dppo', got "
+                         f"loss_form={loss_form!r}")
+    return dual_clip, truncation
 
 
 def per_token_policy_loss(
@@ -169,7 +89,7 @@ def per_token_policy_loss(
     mask: torch.Tensor,
     *,
     divergence: Any = "kl",
-    delta: float = 0.05,
+    delta: float | None = None,
     dual_clip: float | None = None,
     max_ratio: float | None = None,
     method: str = "band",
@@ -177,56 +97,81 @@ def per_token_policy_loss(
     clip_eps_high: float | None = None,
     log_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     check: bool = True,
+    delta_low: float | None = None,
+    delta_high: float | None = None,
+    loss_form: str = "clip",
+    clip_ratio_c: float | None = None,
+    anchor_log_prob: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    r"""The per-token clipped surrogate :math:`\ell_{pg}` (B, T), zero at masked positions, and the metrics.
+    r"""The per-token loss :math:`\ell` (B, T), zero at masked positions, and the metrics.
 
     Same arguments as :func:`band_policy_loss` (without aggregation); used by the verl plug-in, which
     weights and aggregates the matrix itself.
     """
-    check_policy_loss_inputs(log_prob, old_log_prob, advantages, mask, log_bounds, values=check)
-    if dual_clip is not None:
-        dual_clip = check_real("dual_clip", dual_clip, above=1.0)
+    check_policy_loss_inputs(log_prob, old_log_prob, advantages, mask, log_bounds, values=check,
+                             anchor_log_prob=anchor_log_prob)
+    dual_clip, truncation = _check_form(loss_form, dual_clip, clip_ratio_c)
     # compute in at least fp32: bf16 ratios are too coarse for a clip test near 1
     dtype = torch.promote_types(torch.promote_types(log_prob.dtype, old_log_prob.dtype), torch.float32)
     valid = mask != 0
     weights = mask.to(dtype)
     old_log_prob = old_log_prob.detach().to(dtype)
+    anchor = old_log_prob if anchor_log_prob is None else anchor_log_prob.detach().to(dtype)
     # log p = -inf: dropped from the surrogate (module docstring); its ratio is replaced by 1 before any arithmetic
-    impossible = valid & (old_log_prob == -math.inf)
+    impossible = valid & ((old_log_prob == -math.inf) | (anchor == -math.inf))
     live = valid & ~impossible
     # padding may hold anything (even NaN): replace it before any arithmetic so no NaN reaches a gradient
-    old_for_bounds = torch.where(valid, old_log_prob, 0.0)
+    anchor_for_bounds = torch.where(valid, anchor, 0.0)
     # log p in (0, 1e-6] is read as 0; above it the bounds are NaN (check=False) and so is the loss
     old_log_prob = torch.where(live, old_log_prob.clamp(max=0.0), 0.0)
     advantages = advantages.detach().to(dtype)
     if advantages.ndim == 1:
         advantages = advantages[:, None]
     advantages = torch.where(valid, advantages, 0.0)
-    log_ratio = torch.where(live, log_prob.to(dtype) - old_log_prob, 0.0)
+    new_log_prob = torch.where(live, log_prob.to(dtype), 0.0)
+    log_ratio = new_log_prob - old_log_prob
 
     if log_bounds is None:
         # the values were checked above (or deliberately not): no second synchronisation here
-        log_bounds = log_ratio_bounds(old_for_bounds, method=method, divergence=divergence, delta=delta,
-                                      max_ratio=max_ratio, clip_eps=clip_eps, clip_eps_high=clip_eps_high,
-                                      check=False)
+        log_bounds = log_ratio_bounds(anchor_for_bounds, method=method, divergence=divergence, delta=delta,
+                                      delta_low=delta_low, delta_high=delta_high, max_ratio=max_ratio,
+                                      clip_eps=clip_eps, clip_eps_high=clip_eps_high, check=False)
     # padding of precomputed bounds may hold anything: only real tokens' bounds are used
     log_lower, log_upper = (torch.where(live, b.detach().to(dtype), 0.0) for b in log_bounds)
+    if anchor_log_prob is None:
+        shift = torch.zeros_like(log_ratio)
+        ratio_lower, ratio_upper = log_lower, log_upper
+    else:  # bounds of pi / pi_anchor, as bounds of r = pi / pi_old
+        shift = torch.where(live, anchor.clamp(max=0.0), 0.0) - old_log_prob
+        ratio_lower, ratio_upper = log_lower + shift, log_upper + shift
     ratio = torch.exp(log_ratio)
-    # clip(r, l, u) = exp(clamp(log r, log l, log u)): no overflow at u = 1/p, log l = -inf is fine
-    clipped_ratio = torch.exp(torch.clamp(log_ratio, log_lower, log_upper))
-    pg_losses = torch.maximum(-advantages * ratio, -advantages * clipped_ratio)
-    if dual_clip is not None:
-        dual_bound = -advantages * dual_clip
-        dual_clipped = (advantages < 0) & (pg_losses > dual_bound) & live
-        pg_losses = torch.where(advantages < 0, torch.minimum(pg_losses, dual_bound), pg_losses)
+    log_ratio_d = log_ratio.detach()
+    positive, negative = live & (advantages > 0), live & (advantages < 0)
+    extra: dict[str, torch.Tensor] = {}
+    if loss_form == "clip":
+        # clip(r, l, u) = exp(clamp(log r, log l, log u)): no overflow at u = 1/p, log l = -inf is fine
+        clipped_ratio = torch.exp(torch.clamp(log_ratio, ratio_lower, ratio_upper))
+        pg_losses = torch.maximum(-advantages * ratio, -advantages * clipped_ratio)
+        if dual_clip is not None:
+            dual_bound = -advantages * dual_clip
+            extra["dual_clipfrac"] = (advantages < 0) & (pg_losses > dual_bound) & live
+            pg_losses = torch.where(advantages < 0, torch.minimum(pg_losses, dual_bound), pg_losses)
+        high = positive & (log_ratio_d > ratio_upper)
+        low = negative & (log_ratio_d < ratio_lower)
+    else:
+        # inside the trust region, or moving back toward the anchor (pi <= pi_a for A > 0, pi >= pi_a for A <= 0)
+        keep_up = log_ratio_d <= torch.maximum(ratio_upper, shift)
+        keep_down = log_ratio_d >= torch.minimum(ratio_lower, shift)
+        keep = torch.where(advantages > 0, keep_up, keep_down)
+        truncated = torch.clamp(ratio.detach(), max=truncation)
+        pg_losses = -advantages * truncated * new_log_prob * keep.to(dtype)
+        extra["truncfrac"] = live & keep & (ratio.detach() > truncation)
+        high, low = positive & ~keep_up, negative & ~keep_down
     pg_losses = torch.where(impossible, 0.0, pg_losses)
 
     with torch.no_grad():
-        log_ratio_d = log_ratio.detach()
         live_weights = torch.where(impossible, 0.0, weights)
-        positive, negative = live & (advantages > 0), live & (advantages < 0)
-        high = positive & (log_ratio_d > log_upper) | impossible
-        low = negative & (log_ratio_d < log_lower)
+        high = high | impossible
         fixed_low, fixed_high = math.log(FIXED_CLIP[0]), math.log(FIXED_CLIP[1])
         high_fixed = positive & (log_ratio_d > fixed_high) | impossible
         low_fixed = negative & (log_ratio_d < fixed_low)
@@ -244,53 +189,8 @@ def per_token_policy_loss(
             "clipfrac_fixed": _masked_mean((high_fixed | low_fixed).to(dtype), weights),
             "ratio_mean": _masked_mean(ratio_d, live_weights),
         }
-        if dual_clip is not None:
-            metrics["dual_clipfrac"] = _masked_mean(dual_clipped.to(dtype), weights)
+        metrics.update({name: _masked_mean(flags.to(dtype), weights) for name, flags in extra.items()})
     return pg_losses, metrics
-
-
-def aggregate_loss(
-    loss_mat: torch.Tensor, mask: torch.Tensor, loss_agg_mode: str = "token-mean", *, norm_length: int | None = None
-) -> torch.Tensor:
-    r"""Reduce a (B, T) per-token loss to a scalar; ``mask`` weights tokens (bool or float).
-
-    With :math:`m_{bt}` the mask, :math:`\ell_{bt}` the loss, :math:`S = \{b : \sum_t m_{bt} > 0\}` the
-    non-empty sequences (fully masked rows are padding and excluded, as in verl):
-
-    - ``token-mean`` (DAPO, verl's default): :math:`\sum_{bt} m\ell / \sum_{bt} m`;
-    - ``token-sum``: :math:`\sum_{bt} m\ell`;
-    - ``seq-mean-token-mean`` (original GRPO, the BandPO runs): :math:`\frac1{|S|}\sum_{b\in S}
-      \sum_t m\ell / \sum_t m`;
-    - ``seq-mean-token-sum``: :math:`\frac1{|S|}\sum_{b\in S}\sum_t m\ell`;
-    - ``seq-mean-token-sum-norm`` (Dr. GRPO): :math:`\frac1{|S|\,L}\sum_{b\in S}\sum_t m\ell` with the constant
-      :math:`L` = ``norm_length`` (default: the padded length T; pass the maximum generation length so
-      the scale does not change with the batch).
-
-    An empty mask gives 0.
-    """
-    if loss_agg_mode not in LOSS_AGG_MODES:
-        raise ValueError(f"loss_agg_mode must be one of {LOSS_AGG_MODES}, got {loss_agg_mode!r}")
-    if _shape(mask) != _shape(loss_mat):
-        raise ValueError(f"mask must have the shape of loss_mat {_shape(loss_mat)}, got {_shape(mask)}")
-    weights = mask.to(loss_mat.dtype)
-    tiny = torch.finfo(loss_mat.dtype).tiny
-    token_sums = (loss_mat * weights).sum(dim=-1)
-    token_counts = weights.sum(dim=-1)
-    if loss_agg_mode == "token-mean":
-        return token_sums.sum() / token_counts.sum().clamp_min(tiny)
-    if loss_agg_mode == "token-sum":
-        return token_sums.sum()
-    non_empty = (token_counts > 0).to(loss_mat.dtype)
-    num_seqs = non_empty.sum().clamp_min(1.0)
-    if loss_agg_mode == "seq-mean-token-mean":
-        return (token_sums / token_counts.clamp_min(tiny) * non_empty).sum() / num_seqs
-    loss = (token_sums * non_empty).sum() / num_seqs
-    if loss_agg_mode == "seq-mean-token-sum-norm":
-        length = loss_mat.shape[-1] if norm_length is None else norm_length
-        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-            raise ValueError(f"norm_length must be a positive integer, got {norm_length!r}")
-        loss = loss / length
-    return loss
 
 
 def band_policy_loss(
@@ -300,7 +200,7 @@ def band_policy_loss(
     mask: torch.Tensor,
     *,
     divergence: Any = "kl",
-    delta: float = 0.05,
+    delta: float | None = None,
     loss_agg_mode: str = "token-mean",
     dual_clip: float | None = None,
     max_ratio: float | None = None,
@@ -310,16 +210,18 @@ def band_policy_loss(
     norm_length: int | None = None,
     log_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     check: bool = True,
+    delta_low: float | None = None,
+    delta_high: float | None = None,
+    loss_form: str = "clip",
+    clip_ratio_c: float | None = None,
+    anchor_log_prob: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    r"""PPO/GRPO clipped surrogate loss with the Band (or a fixed clip) as ratio bounds.
+    r"""The policy loss with the Band (or a fixed clip) as trust region, aggregated over the masked tokens.
 
-    .. math::
-
-        \ell_{pg} = \max\bigl(-A\,r,\; -A\,\operatorname{clip}(r, l(p), u(p))\bigr),\quad
-        r = e^{\log\pi - \log p},
-
-    optionally :math:`\min(\ell_{pg}, -A c)` where :math:`A < 0` (dual clip), aggregated over the masked
-    tokens by :func:`aggregate_loss`.  See :mod:`bandcore.rl.bounds` for the bounds of each ``method``.
+    ``loss_form="clip"``: :math:`\max(-A\,r, -A\,\operatorname{clip}(r, l(p), u(p)))`, optionally
+    :math:`\min(\cdot, -A c)` where :math:`A < 0` (dual clip); ``loss_form="dppo"``: :math:`-A\,\min(r, C)\,
+    \log\pi` over the tokens inside the trust region or moving back toward it (see the module docstring).
+    Aggregated by :func:`aggregate_loss`; the bounds of each ``method``: :mod:`bandcore.rl.bounds`.
 
     Parameters
     ----------
@@ -335,14 +237,20 @@ def band_policy_loss(
         (B, T) bool, integer or float, :math:`\ge 0`; non-zero marks real tokens, float values weight them.
         Masked positions may hold any value, NaN included: they never reach the loss, its gradient or the
         metrics.
-    divergence, delta
-        Band divergence (any spelling of :func:`bandcore.divergences.get_divergence`, or a
-        :class:`bandcore.Divergence`) and radius :math:`\delta > 0` (``method="band"`` only).
+    divergence
+        Band divergence (any spelling of :func:`bandcore.divergences.resolve_region`, or a
+        :class:`bandcore.Divergence`; ``method="band"`` only).
+    delta, delta_low, delta_high
+        Radii :math:`\delta > 0` (``method="band"`` only): ``delta`` sets both sides (default 0.05);
+        ``delta_low`` gives the lower bound :math:`l = r_{lo}(p, \delta_{low})`, ``delta_high`` the upper
+        :math:`u = r_{up}(p, \delta_{high})`; a side not given takes ``delta``.  ``delta`` together with a side
+        of another value raises ``ValueError``.
     loss_agg_mode
         ``"token-mean"``, ``"token-sum"``, ``"seq-mean-token-mean"``, ``"seq-mean-token-sum"`` or
         ``"seq-mean-token-sum-norm"`` (see :func:`aggregate_loss`; ``norm_length`` is its constant).
     dual_clip
-        :math:`c > 1`: for :math:`A < 0` the loss is capped at :math:`-A c` (the BandPO runs used 10).
+        :math:`c > 1`: for :math:`A < 0` the loss is capped at :math:`-A c` (the BandPO runs used 10); clip
+        form only.
     max_ratio
         Cap on the upper bound :math:`u` (> 1); the BandPO runs used 10.
     method
@@ -351,14 +259,21 @@ def band_policy_loss(
     clip_eps, clip_eps_high
         :math:`\varepsilon` and :math:`\varepsilon_{high}` of the fixed clips.
     log_bounds
-        Precomputed :math:`(\log l, \log u)`, (B, T), from :func:`log_ratio_bounds` of the same
-        ``old_log_prob`` and settings.  The bounds depend only on ``old_log_prob``, so a trainer that takes
-        several optimisation steps on one batch computes them once per batch instead of once per step.
+        Precomputed :math:`(\log l, \log u)`, (B, T), from :func:`log_ratio_bounds` of the same settings at
+        ``old_log_prob`` (or at ``anchor_log_prob`` when given).  The bounds depend only on those, so a trainer
+        that takes several optimisation steps on one batch computes them once per batch instead of once per step.
     check
         Check the input values (:func:`check_policy_loss_inputs`: one host synchronisation per call) and raise
         ``ValueError`` naming the argument.  ``False`` skips them for speed; then a bad value gives NaN
         (:math:`\log p > 10^{-6}`, NaN mask or advantage) or an undefined loss instead of an error.  Types and
         shapes are always checked.
+    loss_form
+        ``"clip"`` or ``"dppo"`` (module docstring).
+    clip_ratio_c
+        :math:`C > 1`, the truncation :math:`\min(r, C)` of the dppo form (default 20); dppo form only.
+    anchor_log_prob
+        Optional (B, T) log-probabilities of the policy the trust region is centred on (e.g. the rollout
+        engine's); default: ``old_log_prob``.
 
     Returns
     -------
@@ -366,17 +281,18 @@ def band_policy_loss(
         0-dim tensor, with gradient with respect to ``log_prob``; computed in at least float32.
     metrics
         Detached 0-dim tensors (call ``.item()`` when logging), masked means over the valid tokens:
-        ``clipfrac_high`` (A > 0 and r > u), ``clipfrac_low`` (A < 0 and r < l), ``clipfrac`` (their union: the
-        tokens whose gradient the clip zeroes), ``approx_kl`` (mean of :math:`-\log r`), ``approx_kl_k3``
-        (mean of :math:`r - 1 - \log r`), ``band_width`` (mean of :math:`u - l`; dominated by rare tokens,
-        whose :math:`u` is large), ``ratio_mean``, the same three clip fractions for the fixed clip [0.8, 1.2]
-        (``clipfrac_high_fixed``, ``clipfrac_low_fixed``, ``clipfrac_fixed``), and ``dual_clipfrac`` when
-        ``dual_clip`` is set.
+        ``clipfrac_high`` (A > 0 and above the trust region: clipped, or dropped by the dppo form),
+        ``clipfrac_low`` (A < 0 and below it), ``clipfrac`` (their union: the tokens whose gradient the trust
+        region zeroes), ``approx_kl`` (mean of :math:`-\log r`), ``approx_kl_k3`` (mean of :math:`r - 1 - \log
+        r`), ``band_width`` (mean of :math:`u - l`; dominated by rare tokens, whose :math:`u` is large),
+        ``ratio_mean``, the same three clip fractions for the fixed clip [0.8, 1.2] (``clipfrac_high_fixed``,
+        ``clipfrac_low_fixed``, ``clipfrac_fixed``), ``dual_clipfrac`` when ``dual_clip`` is set, and, for the
+        dppo form, ``truncfrac`` (kept tokens with :math:`r > C`).
 
     Notes
     -----
-    NaN policy: a NaN ``old_log_prob`` or ``log_prob`` at a valid position makes the loss NaN (it never
-    silently turns into a bound); the other invalid values raise (``check=True``).
+    NaN policy: a NaN ``old_log_prob``, ``anchor_log_prob`` or ``log_prob`` at a valid position makes the loss NaN
+    (it never silently turns into a bound); the other invalid values raise (``check=True``).
 
     Examples
     --------
@@ -392,6 +308,7 @@ def band_policy_loss(
     pg_losses, metrics = per_token_policy_loss(
         log_prob, old_log_prob, advantages, mask, divergence=divergence, delta=delta, dual_clip=dual_clip,
         max_ratio=max_ratio, method=method, clip_eps=clip_eps, clip_eps_high=clip_eps_high, log_bounds=log_bounds,
-        check=check,
+        check=check, delta_low=delta_low, delta_high=delta_high, loss_form=loss_form, clip_ratio_c=clip_ratio_c,
+        anchor_log_prob=anchor_log_prob,
     )
     return aggregate_loss(pg_losses, mask, loss_agg_mode, norm_length=norm_length), metrics

@@ -180,12 +180,93 @@ def test_trl_clamps_and_measures_with_the_epsilon_attributes():
     assert 'mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]' in source
 
 
+def test_trl_computes_cispo_and_reads_the_batch_as_the_plugin_relies_on():
+    """The lines of TRL's _compute_loss and _generate_and_score_completions whose meaning the plug-in relies on:
+    the dppo form (cispo's truncation read from epsilon_high), TRL's on-policy rule, the anchor's key."""
+    loss_source = inspect.getsource(GRPOTrainer._compute_loss)
+    for fragment in (
+        'old_per_token_logps = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps',
+        "clamped_ratios = torch.clamp(coef_1, max=self.epsilon_high).detach()",
+        "per_token_loss = -clamped_ratios * advantages * per_token_logps",
+        'elif self.loss_type in ["cispo", "dapo", "vespo"]:',
+        'per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]',
+    ):
+        assert fragment in loss_source, f"TRL's _compute_loss changed: {fragment!r} not found"
+    before = loss_source.index("self._get_per_token_logps_and_entropies(")
+    assert loss_source.count("self._get_per_token_logps_and_entropies(") == 1, (
+        "TRL's _compute_loss calls _get_per_token_logps_and_entropies more than once: the plug-in sets its bounds "
+        "at that call")
+    assert before < loss_source.index("coef_1 = torch.exp(log_importance_weights)"), (
+        "TRL's _compute_loss computes the ratio before the current log-probabilities: the plug-in sets the "
+        "per-token epsilons at the _get_per_token_logps_and_entropies call and needs them before the ratio is used")
+    generation = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    for fragment in (
+        "generate_every = self.args.steps_per_generation * self.num_iterations",
+        "if self.args.gradient_accumulation_steps % generate_every != 0 or (",
+        'output["sampling_per_token_logps"] = sampling_per_token_logps',
+        'output["old_per_token_logps"] = old_per_token_logps',
+    ):
+        assert fragment in generation, (
+            f"TRL's _generate_and_score_completions changed: {fragment!r} not found (bandcore.rl.trl's on-policy "
+            "rule and its rollout anchor read what it produces)")
+
+
+def test_every_trl_loss_type_is_supported_or_refused_with_a_reason():
+    """A loss type TRL adds fails here until it is listed in SUPPORTED_SETTINGS or REFUSED_SETTINGS."""
+    from bandcore.rl.trl import LOSS_FORM_OF, REFUSED_SETTINGS, SUPPORTED_SETTINGS
+
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    trl_types = set(re.findall(r'"(\w+)"', " ".join(re.findall(r"self\.loss_type (?:==|in) ([^:]+):", source))))
+    help_text = GRPOConfig.__dataclass_fields__["loss_type"].metadata["help"]
+    documented = set(re.findall(r"'(\w+)'", help_text.split("Supported values are", 1)[1].split(".")[0]))
+    assert trl_types == documented, (trl_types, documented)
+    ours = {value for key, value in {**SUPPORTED_SETTINGS, **REFUSED_SETTINGS} if key == "loss_type"}
+    assert trl_types == ours, (
+        f"TRL's loss types {sorted(trl_types)} differ from those bandcore.rl.trl lists {sorted(ours)}: add each new "
+        "one to SUPPORTED_SETTINGS (with LOSS_FORM_OF) or to REFUSED_SETTINGS with the reason")
+    assert {v for k, v in SUPPORTED_SETTINGS if k == "loss_type"} == set(LOSS_FORM_OF)
+    levels = inspect.getsource(GRPOTrainer._compute_loss)
+    assert set(re.findall(r'self\.importance_sampling_level == "(\w+)"', levels)) == {
+        value for key, value in {**SUPPORTED_SETTINGS, **REFUSED_SETTINGS} if key == "importance_sampling_level"}
+
+
+def _refused_rows():
+    from bandcore.rl.trl import REFUSED_SETTINGS
+
+    return sorted(REFUSED_SETTINGS.items(), key=str)
+
+
+@pytest.mark.parametrize(("setting", "reason"), _refused_rows(), ids=lambda x: str(x))
+def test_each_refused_setting_says_why(tmp_path, setting, reason):
+    key, value = setting
+    overrides = {key: value}
+    if key == "loss_type" and value == "luspo":
+        overrides["importance_sampling_level"] = "token"
+    with pytest.raises(ValueError, match=re.escape(f"{key} must be one of")) as caught:
+        _config(tmp_path, **overrides)
+    assert f"got {value!r} ({reason})" in str(caught.value)
+
+
+def test_supported_settings_are_listed_in_the_docs():
+    """docs/rl.md has one table row per supported and per refused TRL setting, with the same verdict."""
+    from bandcore.rl.trl import REFUSED_SETTINGS, SUPPORTED_SETTINGS
+
+    docs = (EXAMPLE.parents[1] / "docs" / "rl.md").read_text()
+    for rows, verdict in ((SUPPORTED_SETTINGS, "supported"), (REFUSED_SETTINGS, "refused")):
+        for (key, value), reason in rows.items():
+            row = f"| `{key}` | `{value!r}` | {verdict}: {reason} |"
+            assert row in docs, f"docs/rl.md lacks the row {row}"
+
+
 def test_trainer_attributes_exist_after_init(example, tmp_path):
     trainer = _trainer(example, tmp_path, epsilon=0.2, epsilon_high=0.28)
     assert trainer.epsilon_low == 0.2 and trainer.epsilon_high == 0.28
     assert trainer.importance_sampling_level == "token" and trainer.loss_type == "dapo"
     assert set(trainer._metrics) == {"train", "eval"}
+    assert trainer._metrics["train"]["never-logged"] == []  # a defaultdict(list): the plug-in appends to new keys
     assert hasattr(trainer, "accelerator") and hasattr(trainer.accelerator, "reduce")
+    assert isinstance(trainer.accelerator.sync_gradients, bool)  # the controller's end-of-step signal
+    assert trainer.state.global_step == 0  # the schedule's step
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -197,11 +278,13 @@ def test_trainer_attributes_exist_after_init(example, tmp_path):
     ("overrides", "match"),
     [
         ({"importance_sampling_level": "sequence", "loss_type": "grpo"}, "importance_sampling_level .* 'sequence'"),
-        ({"loss_type": "cispo"}, "loss_type must be one of .* got 'cispo'"),
+        ({"loss_type": "cispo"}, "band_loss_form='clip' runs through TRL's loss_type in .* got loss_type='cispo'"),
+        ({"band_loss_form": "dppo"}, "band_loss_form='dppo' runs through TRL's loss_type in \\('cispo',\\), got "
+                                     "loss_type='dapo'"),
         ({"loss_type": "sapo"}, "loss_type must be one of .* got 'sapo'"),
         ({"loss_type": "vespo"}, "loss_type must be one of .* got 'vespo'"),
         ({"loss_type": "luspo", "importance_sampling_level": "sequence"}, "importance_sampling_level"),
-        ({"use_liger_kernel": True}, "use_liger_kernel=True is not supported"),
+        ({"use_liger_kernel": True}, r"use_liger_kernel must be one of \(False,\) .* got True \(Liger's fused"),
         ({"band_delta": 0.0}, "delta must be a finite number > 0, got 0.0"),
         ({"band_max_ratio": 1.0}, "max_ratio must be a finite number > 1, got 1.0"),
         ({"band_divergence": "no-such-divergence"}, "no-such-divergence"),
@@ -402,3 +485,24 @@ def test_on_policy_batches_warn_once_and_leave_trl_unchanged(example, tmp_path):
     assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-6)
     assert trainer._metrics["eval"]["clip_ratio/region_mean"][-1] == 0
     trainer._compute_loss(trainer.model, inputs)  # no second warning (filterwarnings = error would raise)
+
+
+def test_the_bounds_are_set_at_the_one_logps_call_of_each_loss(example, tmp_path):
+    """Behaviour behind the source guards: _compute_loss calls _get_per_token_logps_and_entropies once, and its
+    first result is the current policy's (B, T) log-probabilities that TRL's ratio uses."""
+
+    class Counting(BandGRPOTrainer):
+        calls: list = []  # noqa: RUF012
+
+        def _get_per_token_logps_and_entropies(self, *pargs, **kwargs):
+            out = super()._get_per_token_logps_and_entropies(*pargs, **kwargs)
+            self.calls.append(out[0].detach())
+            return out
+
+    trainer = _trainer(example, tmp_path, trainer_class=Counting, loss_type="bnpo")
+    trainer.model.eval()
+    inputs, log_prob = _inputs(trainer)
+    trainer._compute_loss(trainer.model, inputs)
+    assert len(Counting.calls) == 1
+    real = inputs["completion_mask"].bool()  # (the padding's log-probabilities depend on TRL's attention mask)
+    torch.testing.assert_close(Counting.calls[0][real], log_prob[real], rtol=1e-5, atol=1e-6)

@@ -16,10 +16,10 @@ TRL_GENERATION_WARNING = "ignore:`is_gradient_checkpointing` is deprecated:Futur
 class _RatioRecorder(BandGRPOTrainer):
     """Records, per loss call, the largest |log ratio| over completion tokens (for the test below only)."""
 
-    def _log_band_metrics(self, inputs, log_prob, old_log_prob, *rest) -> None:
-        moved = (log_prob - old_log_prob).abs() * inputs["completion_mask"]
+    def _log_band_metrics(self, inputs, state) -> None:
+        moved = (state["log_prob"] - state["old"]).abs() * inputs["completion_mask"]
         self.band_log_ratio_max = [*getattr(self, "band_log_ratio_max", []), float(moved.max())]
-        super()._log_band_metrics(inputs, log_prob, old_log_prob, *rest)
+        super()._log_band_metrics(inputs, state)
 
 
 @pytest.mark.filterwarnings(TRL_GENERATION_WARNING)
@@ -45,5 +45,6 @@ def test_the_default_configuration_moves_the_ratio_and_logs_the_band(trl_example
         for key in ("band/clip_ratio/low", "band/clip_ratio/high", "band/clip_ratio/region"):
             assert math.isfinite(entry[key]) and 0 <= entry[key] <= 1, key
         assert math.isfinite(entry["band/width_mean"]) and entry["band/width_mean"] > 0
+        assert entry["band/delta"] == 0.05
         buckets = [key for key in entry if key.startswith("band/clip_ratio/p")]
         assert buckets and set(buckets) <= {f"band/clip_ratio/{name}" for name, _, _ in P_BUCKETS}
