@@ -199,9 +199,10 @@ def upper_root(lp, lq, delta, seed):
         if xp.all_true(done):
             break
     # a root is a root: G = delta to 1e-6 relative at the last point evaluated (within 1e-10 or one ulp of d),
-    # else at d itself (a bracket that closed on an overflow is not converged)
+    # else at d itself (a bracket that closed on an overflow is not converged), and d is finite (next to a
+    # threshold the rounded G can stay below delta all the way to d = inf)
     g = xp.where(xp.abs(g_prev - delta) <= 1e-6 * delta, g_prev, g_and_slope(lp, lq, p, pc, d)[0])
-    root = xp.logical_and(done, xp.abs(g - delta) <= 1e-6 * delta)
+    root = xp.logical_and(xp.logical_and(done, xp.abs(g - delta) <= 1e-6 * delta), xp.isfinite(d))
     # p on its saturation threshold to rounding (G(inf) = delta): the root runs off to the boundary; the
     # saturated value is the answer there
     edge = xp.logical_and(xp.logical_not(root), xp.abs(g_infinity - delta) <= 1e-9 * delta)
