@@ -20,7 +20,10 @@ Numerical contract (tested against the 50-digit oracle :mod:`bandcore.oracle`):
 * Next to a saturation threshold :math:`p^*` the bound is inherently ill-conditioned: rounding p by a relative
   :math:`\epsilon` moves it by about :math:`\epsilon\,p/|p - p^*|` relatively, so at relative distance
   :math:`\eta = |p - p^*|/p^*` the error may reach about :math:`64\,\epsilon/\eta` (tested at
-  :math:`\eta = 10^{-6}, 10^{-8}, 10^{-10}` on every backend).  Every token converges within the solver's
+  :math:`\eta = 10^{-6}, 10^{-8}, 10^{-10}` on every backend).  TV and Pearson decide saturation exactly and meet
+  the contract at every float log p; the other generators' status and lower bound within a few ulp of
+  :math:`\log p^*` are the exact ones of an input within :math:`48 \cdot 2^{-52}` of log p (docs/math.md §3).
+  Every token converges within the solver's
   iteration budget.  A bound the solver cannot certify as a root (e.g. a user generator that overflows
   float64 far out, such as ``cosh``) is NaN with status ``NOT_CONVERGED``: never a silent value.
 * fp32 / fp16 / bf16 inputs are computed in fp64 and rounded once to the input dtype (also on GPU: the torch
@@ -28,9 +31,9 @@ Numerical contract (tested against the 50-digit oracle :mod:`bandcore.oracle`):
 * :math:`\log p = 0` (p = 1): :math:`\log r_{up} = 0` and :math:`r_{lo}` is the limit :math:`p \to 1` under the
   perspective convention :math:`0\cdot\tilde f(x/0) = x\sigma_\infty`, :math:`\sigma_\infty = \lim \tilde f(u)/u`:
   the root of :math:`\tilde f(r) + (1-r)\sigma_\infty = \delta`.  Catalogue values: kl :math:`e^{-\delta}`;
-  tv :math:`1-\delta`; pearson, reverse_kl, alpha(α > 1): 1 (:math:`\sigma_\infty = \infty`); neyman
-  :math:`1/(1+\delta)`; hellinger :math:`(1-\delta/2)^2`; lecam :math:`(2-\delta)/(2+\delta)`; js and
-  alpha(α < 1) numeric; a lower bound that saturates there is 0.
+  tv :math:`\max(1-\delta, 0)`; pearson, reverse_kl, alpha(α > 1): 1 (:math:`\sigma_\infty = \infty`); neyman
+  :math:`1/(1+\delta)`; hellinger :math:`\max(1-\delta/2, 0)^2`; lecam :math:`\max((2-\delta)/(2+\delta), 0)`; js
+  and alpha(α < 1) numeric (0 once δ reaches the divergence's supremum, where every p saturates).
 * :math:`\log p = -\infty` (p = 0): ``(lower, upper) = (0, +inf)`` (logs ``(-inf, +inf)``).
 * NaN in → NaN out (both bounds, status ``INVALID_INPUT``).  Empty arrays → empty outputs.
 

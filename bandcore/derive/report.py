@@ -58,7 +58,7 @@ def _threshold_tex(sat: Saturation) -> str:
     else:
         shown = f"${word} p^*(\\delta)$ with $G(p^*) = \\delta$ (numeric)"
     if sat.level != sp.oo:
-        shown += f"; always once $\\delta \\ge {_tex(sat.level)}$"
+        shown += f" for $\\delta < {_tex(sat.level)}$; every $p$ once $\\delta \\ge {_tex(sat.level)}$"
     return shown
 
 
@@ -176,6 +176,8 @@ def markdown(d: Derivation, verified_line: str | None = None) -> str:
         "",
         "## Limits at fixed δ",
         "",
+        "For δ below the level at which a side saturates for every $p$ (if any, see above).",
+        "",
         "| limit | value |",
         "| --- | --- |",
     ]
@@ -238,9 +240,10 @@ def _index_threshold(sat: Saturation) -> str:
     if sat.never:
         return "never"
     word = r"p \ge" if sat.side == "upper" else r"p \le"
+    every = "" if sat.level == sp.oo else f"; every $p$ once $\\delta \\ge {_tex(sat.level)}$"
     if sat.threshold is not None:
-        return f"${word} {_tex(sat.threshold)}$"
-    return f"numeric (${word}$ {_number(sat(REPORT_DELTA))} at $\\delta = {REPORT_DELTA:g}$)"
+        return f"${word} {_tex(sat.threshold)}${every}"
+    return f"numeric (${word}$ {_number(sat(REPORT_DELTA))} at $\\delta = {REPORT_DELTA:g}$){every}"
 
 
 def index(derivations: list[Derivation]) -> str:

@@ -36,6 +36,7 @@ from .drivers import SERIAL_MAX, numba_source
 from .grid import KernelBound
 from .lookup_drivers import lookup_module
 from .seeds import NO_SEED, seed_table
+from .thresholds import threshold_seed
 
 __all__ = ["can_select", "has_ratio_form", "lower_at_one", "numba_module", "run_lookup", "run_lookup_torch",
            "run_numba", "seed", "solve_arrays", "solve_ratio_arrays", "solver_kind", "solver_module", "torch_seed"]
@@ -96,9 +97,11 @@ def solver_module(backend: str, divergence: Divergence, kind: str | None = None)
 
 
 def seed(divergence: Divergence, delta: float, kind: str | None = None) -> KernelBound:
-    """The seed table of ``divergence``'s solver at ``delta`` (:mod:`.seeds`; :data:`.seeds.NO_SEED` for the
-    closed forms, which need none)."""
+    """The seed table of ``divergence``'s solver at ``delta`` (:mod:`.seeds`); for the closed forms, which need
+    none, their saturation thresholds as double-double logarithms in its place (:mod:`.thresholds`)."""
     kind = kind or solver_kind(divergence)
+    if kind in ("tv", "pearson"):
+        return threshold_seed(kind, float(delta))
     if kind not in ("kl", "generic"):
         return NO_SEED
     return seed_table(solver_module("numpy", divergence, kind), kind, divergence, float(delta))

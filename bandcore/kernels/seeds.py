@@ -7,7 +7,7 @@ root's offset in the logit (:mod:`.solvers`).  The lower root of a token is the 
 :math:`L = -\log(1-p)`.
 
 **Grid.** :math:`L \in [2^{-40}, 704]` (:math:`p` from :math:`1 - 10^{-12}` down to :math:`e^{-704}`), every
-octave cut into :math:`2^7` cells (:mod:`.grid`, 6,400 cells, 300 KB), cubic Hermite (:mod:`.lookup`).  Values
+octave cut into :math:`2^7` cells (:mod:`.grid`, 6,320 cells, 304 KB), cubic Hermite (:mod:`.lookup`).  Values
 come from the unseeded solver itself; slopes from implicit differentiation of :math:`G(d, \theta_p) = \delta`:
 
 .. math::  \frac{dF}{dL} = (1 + w)\,\frac{dd/d\theta_p}{1 - p}, \qquad

@@ -3,8 +3,10 @@ r"""The generic safeguarded Newton (:func:`generic_bounds`): the Band of any gen
 In the offset :math:`d` of the logit (package docstring), :math:`G(d) = q\,\Phi(r) + (1-p)\tilde f(s)`,
 :math:`\Phi(u) = \tilde f(u)/u`, :math:`G'(d) = q[(1-q)\tilde f'(r) - (1-p)s\tilde f'(s)]`.
 
-Saturation is decided first and exactly: :math:`r_{up} = 1/p` iff :math:`G(\infty) = \Phi(1/p) + (1-p)\tilde f(0)
-\le \delta`.  The start is the seed (:mod:`.common`) where there is one, else the small-δ root of
+Saturation is decided first: :math:`r_{up} = 1/p` iff :math:`G(\infty) = \Phi(1/p) + (1-p)\tilde f(0) \le \delta`,
+evaluated in floating point (so within a few ulp of :math:`\log p^*` the decision is that of a neighbouring input;
+docs/math.md §3 states and tests/kernels/test_threshold_ties.py checks how close).  The start is the seed
+(:mod:`.common`) where there is one, else the small-δ root of
 :math:`G \approx p(1-p)(\kappa d + \tfrac12 \tilde f''(1) d^2)` (:math:`\kappa` a kink at 1).  Each step takes
 the Newton variant (on :math:`G`, :math:`\log G`, or :math:`\log G` vs :math:`\log d`) whose local model best
 predicts the previous point, kept inside the bracket of inside/outside points seen so far and required to halve
@@ -44,6 +46,9 @@ MAX_ITERATIONS = 96
 STEP_TOLERANCE = 1e-10
 #: Newton steps below this (relative) skip the choice of model: all agree to second order there.
 NEAR = 1e-6
+#: A root must satisfy G(d) = delta to this (relative): far looser than the contract, so only an iteration that ran
+#: out or a bracket that closed on an overflow of f fails it.
+ROOT_TOLERANCE = 1e-6
 #: Upper end of the offset bracket before any evaluation.
 D_MAX = 1e308
 #: The start is capped at logit q = 40 (q = 1 - 4e-18).
@@ -198,10 +203,11 @@ def upper_root(lp, lq, delta, seed):
         done = xp.logical_or(done, converged)
         if xp.all_true(done):
             break
-    # a root is a root: G = delta to 1e-6 relative at the last point evaluated (within 1e-10 or one ulp of d),
-    # else at d itself (a bracket that closed on an overflow is not converged)
-    g = xp.where(xp.abs(g_prev - delta) <= 1e-6 * delta, g_prev, g_and_slope(lp, lq, p, pc, d)[0])
-    root = xp.logical_and(done, xp.abs(g - delta) <= 1e-6 * delta)
+    # a root is a root: G = delta to ROOT_TOLERANCE at the last point evaluated (within 1e-10 or one ulp of d),
+    # else at d itself (a bracket that closed on an overflow is not converged), and d is finite (next to a
+    # threshold the rounded G can stay below delta all the way to d = inf)
+    g = xp.where(xp.abs(g_prev - delta) <= ROOT_TOLERANCE * delta, g_prev, g_and_slope(lp, lq, p, pc, d)[0])
+    root = xp.logical_and(xp.logical_and(done, xp.abs(g - delta) <= ROOT_TOLERANCE * delta), xp.isfinite(d))
     # p on its saturation threshold to rounding (G(inf) = delta): the root runs off to the boundary; the
     # saturated value is the answer there
     edge = xp.logical_and(xp.logical_not(root), xp.abs(g_infinity - delta) <= 1e-9 * delta)

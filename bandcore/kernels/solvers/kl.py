@@ -4,7 +4,8 @@ r"""KL (:func:`kl_bounds`, f = −log u): Halley in the logit from an outer star
 :math:`G' = q - p`, :math:`G'' = q(1-q)`.  :math:`G` is convex, so Halley/Newton from an outer start (the
 smallest of :math:`q - p \le \sqrt{\delta/2}`, :math:`\sqrt{2p\delta} + \delta`, :math:`\sqrt{2(1-p)\delta}` and
 :math:`\log(1-q) \ge \log(1-p) + (p\log p - \delta)/(1-p)`) decreases monotonically to the root: ``KL_STEPS`` = 4
-steps reach the oracle to ~4e-14 over log p ∈ [-1e4, 0), δ ∈ [1e-8, 10].  KL never saturates.
+steps reach the oracle to within 1e-14 over log p ∈ [-1e4, 0), δ ∈ [1e-8, 10] (docs/math.md §7 says where that is
+tested).  KL never saturates.
 """
 
 from __future__ import annotations

@@ -1,0 +1,113 @@
+"""The figures docs/math.md and docs/architecture.md give for the kernels, computed here and compared with the
+documented value (each doc names the test beside its figure)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bandcore as bc
+from bandcore import _contract
+from bandcore.derive import branches, kernel_functions
+from bandcore.kernels import backends, drivers, lookup_drivers, seeds
+from bandcore.kernels.lookup import interpolate
+from bandcore.kernels.seeds import NO_SEED
+from bandcore.kernels.solvers import common, generic, kl
+from bandcore.oracle import band_log_mp
+from benchmarks.inputs import llm_like_log_probs
+
+#: (where the doc states it, the code's value, the documented value)
+DOCUMENTED = [
+    ("math §1: mpmath limits at 120 digits", lambda: branches.DPS, 120),
+    ("math §7: KL runs a fixed 4 steps", lambda: kl.KL_STEPS, 4),
+    ("math §7/§8: seed table on L in [2^-40, 704]", lambda: seeds.SEED_RANGE, (2.0**-40, 704.0)),
+    ("math §8: 128 cells per octave", lambda: 2**seeds.SEED_LEVEL, 128),
+    ("math §8: far tail below log p = -700", lambda: common.LOG_P_TINY, -700.0),
+    ("math §8: Taylor branch on |u - 1| < 0.1", lambda: kernel_functions.TAYLOR_RADIUS, 0.1),
+    ("math §8: step below 1e-10 relative", lambda: generic.STEP_TOLERANCE, 1e-10),
+    ("math §8: budget of 96 iterations", lambda: generic.MAX_ITERATIONS, 96),
+    ("math §8: G(d) = delta to 1e-6 relative", lambda: generic.ROOT_TOLERANCE, 1e-6),
+    ("math §6b/§9: largest radius 1000", lambda: _contract.DELTA_MAX, 1000.0),
+    ("math §9: log p in (0, 1e-6] read as 0", lambda: _contract.LOG_P_TOLERANCE, 1e-6),
+    ("math §9: status codes", lambda: tuple(int(s) for s in (bc.Status.CONVERGED, bc.Status.SATURATED,
+                                                               bc.Status.NOT_CONVERGED, bc.Status.INVALID_INPUT)),
+     (0, 1, -2, -3)),
+    ("architecture: blocks of 256 (seeded)", lambda: drivers.BLOCK, 256),
+    ("architecture: blocks of 1024 (closed forms)", lambda: drivers.CLOSED_BLOCK, 1024),
+    ("architecture: blocks of 1024 (table lookup)", lambda: lookup_drivers.TABLE_BLOCK, 1024),
+    ("architecture: serially up to 4,096 tokens", lambda: drivers.SERIAL_MAX, 4096),
+]
+
+
+@pytest.mark.parametrize("where, value, documented", DOCUMENTED, ids=[d[0] for d in DOCUMENTED])
+def test_documented_constant(where, value, documented):
+    assert value() == documented, where
+
+
+def test_seed_table_size():
+    """math §8: 6,320 cells, 304 KB of arrays (the octaves of [2^-40, 704], 128 cells each)."""
+    table = backends.seed(bc.resolve("kl"), 0.05)
+    assert table.cells.shape[0] == 6320
+    assert round(sum(array.nbytes for array in table.arrays()) / 1000) == 304
+
+
+def test_kl_seed_error():
+    """math §7: the KL seed's relative error in the offset d is below 2.8e-10 over 20,000 log-uniform L in
+    [2^-40, 704] at δ = 1e-4, 0.05 and 2 (against KL's own 4-step solver, itself within 1e-14)."""
+    div = bc.resolve("kl")
+    module = backends.solver_module("numpy", div, "kl")
+    L = np.exp(np.random.default_rng(0).uniform(np.log(2.0**-40), np.log(704.0), 20_000))
+    log_p = -L
+    log_q = np.log(-np.expm1(log_p))
+    for delta in (1e-4, 0.05, 2.0):
+        with np.errstate(all="ignore"):
+            seeded = np.logaddexp(0.0, -interpolate(L, *backends.seed(div, delta).numpy_arrays()))
+            log_r, log_s = module.kl_upper_root(log_p, log_q, delta)
+        exact = log_r - log_s
+        error = np.abs(seeded - exact) / exact
+        assert not np.isnan(error).any()
+        assert error.max() < 2.8e-10, (delta, error.max())
+
+
+def test_kl_four_steps_reach_the_oracle():
+    """math §7: KL's unseeded 4 Halley/Newton steps are within 1e-14 (contract measure) of the 50-digit oracle at
+    60 random points of log p in [-1e4, 0) (log-uniform in |log p| from 1e-14) and δ in [1e-8, 10]."""
+    div = bc.resolve("kl")
+    module = backends.solver_module("numpy", div, "kl")
+    rng = np.random.default_rng(3)
+    log_p = -np.exp(rng.uniform(np.log(1e-14), np.log(1e4), 60))
+    deltas = np.exp(rng.uniform(np.log(1e-8), np.log(10.0), 60))
+    for x, delta in zip(log_p, deltas, strict=True):
+        with np.errstate(all="ignore"):
+            lower, upper, _ = module.kl_bounds(np.array([x]), float(delta), -float(delta), NO_SEED.numpy_arrays())
+        for got, ref in zip((lower[0], upper[0]), map(float, band_log_mp(div, x, delta)), strict=True):
+            assert got == ref or abs(got - ref) <= 1e-14 * max(1.0, abs(ref)), (x, delta, got, ref)  # == : -inf
+
+
+def _finished(module, log_p, log_q, delta, seed, steps, seeded=True):
+    """Fraction of tokens whose both roots finish within ``steps`` evaluations of G."""
+    module.MAX_ITERATIONS = steps
+    try:
+        with np.errstate(all="ignore"):
+            start_up = module.seed_offset(-log_p, seed) if seeded else log_p * np.nan
+            start_lo = module.seed_offset(-log_q, seed) if seeded else log_p * np.nan
+            up = module.upper_root(log_p, log_q, delta, start_up)[3]
+            lo = module.upper_root(log_q, log_p, delta, start_lo)[3]
+    finally:
+        module.MAX_ITERATIONS = 96
+    return (up & lo).mean()
+
+
+@pytest.mark.parametrize("name, after_one", [("hellinger", 95.3), ("js", 98.2)])
+def test_one_evaluation_rates(name, after_one):
+    """math §8: on 20,000 LLM-like tokens at δ = 0.05, 95.3 % (Hellinger) and 98.2 % (JS) finish after one
+    evaluation of G per root from the seed, at least 99.8 % after two; from the small-δ start fewer than 5 %
+    within two."""
+    div = bc.resolve(name)
+    module = backends.solver_module("numpy", div, "generic")
+    log_p = llm_like_log_probs(20_000, seed=0).astype(np.float64)
+    log_q = np.log(-np.expm1(log_p))
+    seed = backends.seed(div, 0.05, "generic").numpy_arrays()
+    assert round(100 * _finished(module, log_p, log_q, 0.05, seed, 1), 1) == after_one
+    assert _finished(module, log_p, log_q, 0.05, seed, 2) >= 0.998
+    assert _finished(module, log_p, log_q, 0.05, seed, 2, seeded=False) < 0.05
