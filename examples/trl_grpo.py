@@ -1,6 +1,7 @@
 r"""GRPO in TRL with the Band as its ratio clip: a tiny Llama learns a verifiable task on the CPU (no download).
 
     python examples/trl_grpo.py --out runs/trl_grpo [--max-steps 160] [--divergence kl] [--delta 0.05] [--seed 0]
+        [--max-ratio 10] [--dual-clip 10] [--loss-type grpo]     (BandPO's settings: examples/recipes/trl_bandpo.sh)
 
 Everything is built here, nothing comes from a model hub:
 
@@ -219,6 +220,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, default=160, help="GRPO optimizer steps")
     parser.add_argument("--divergence", default="kl", help="the Band's f-divergence")
     parser.add_argument("--delta", type=float, default=0.05, help="the Band's radius δ")
+    parser.add_argument("--max-ratio", type=float, default=None, help="cap on the Band's upper ratio bound")
+    parser.add_argument("--dual-clip", type=float, default=None,
+                        help="TRL's delta: the ratio of a token's unclipped loss is capped here (BandPO's dual clip)")
+    parser.add_argument("--loss-type", default=None, help="TRL's loss_type (grpo: mean over a sequence's tokens, "
+                        "then over sequences); default: TRL's")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--task", default="reverse", choices=sorted(TASK_SIZES))
     parser.add_argument("--reward", default="exact", choices=sorted(REWARDS))
@@ -245,6 +251,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         output_dir=str(out / "trainer"),
         band_divergence=args.divergence,
         band_delta=args.delta,
+        band_max_ratio=args.max_ratio,
+        delta=args.dual_clip,
+        **({} if args.loss_type is None else {"loss_type": args.loss_type}),
         num_iterations=2,  # each generated batch is optimised twice: the ratio moves and the Band acts
         max_steps=args.max_steps,
         learning_rate=args.learning_rate,
@@ -256,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         seed=args.seed,
         **cpu_settings(),
     )
+    print(f"BandPO: {config.band_divergence} delta={config.band_delta:g} max_ratio={config.band_max_ratio} "
+          f"dual clip (TRL delta)={config.delta} loss_type={config.loss_type}")
     trainer = BandGRPOTrainer(  # BandPO
         model=model, reward_funcs=REWARDS[args.reward], args=config,
         train_dataset=build_dataset(task, 4096, args.seed + 1), processing_class=tokenizer,
