@@ -2,6 +2,7 @@ r"""GRPO in TRL with the Band as its ratio clip: a tiny Llama learns a verifiabl
 
     python examples/trl_grpo.py --out runs/trl_grpo [--max-steps 160] [--divergence kl] [--delta 0.05] [--seed 0]
         [--loss-form clip|dppo] [--delta-schedule linear --delta-end 0.02]
+        [--max-ratio 10] [--dual-clip 10] [--loss-type grpo]     (BandPO's settings: examples/recipes/trl_bandpo.sh)
 
 Everything is built here, nothing comes from a model hub:
 
@@ -225,6 +226,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--delta-schedule", default="constant", choices=("constant", "linear", "cosine", "exponential"),
                         help="move δ from --delta to --delta-end over the --max-steps optimizer steps")
     parser.add_argument("--delta-end", type=float, default=None, help="the last δ of --delta-schedule")
+    parser.add_argument("--max-ratio", type=float, default=None, help="cap on the Band's upper ratio bound")
+    parser.add_argument("--dual-clip", type=float, default=None,
+                        help="TRL's delta: the ratio of a token's unclipped loss is capped here (BandPO's dual clip)")
+    parser.add_argument("--loss-type", default=None, help="TRL's loss_type (grpo: mean over a sequence's tokens, "
+                        "then over sequences); default dapo, cispo with --loss-form dppo")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--task", default="reverse", choices=sorted(TASK_SIZES))
     parser.add_argument("--reward", default="exact", choices=sorted(REWARDS))
@@ -252,10 +258,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         band_divergence=args.divergence,
         band_delta=args.delta,
         band_loss_form=args.loss_form,
-        loss_type="cispo" if args.loss_form == "dppo" else "dapo",  # TRL's truncated-IS loss carries the dppo form
+        # TRL's truncated-IS loss (cispo) carries the dppo form
+        loss_type=args.loss_type or ("cispo" if args.loss_form == "dppo" else "dapo"),
         band_delta_schedule=args.delta_schedule,
         band_delta_end=args.delta_end,
         band_delta_steps=None if args.delta_schedule == "constant" else args.max_steps,
+        band_max_ratio=args.max_ratio,
+        delta=args.dual_clip,
         num_iterations=2,  # each generated batch is optimised twice: the ratio moves and the Band acts
         max_steps=args.max_steps,
         learning_rate=args.learning_rate,
@@ -267,6 +276,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         seed=args.seed,
         **cpu_settings(),
     )
+    print(f"BandPO: {config.band_divergence} delta={config.band_delta:g} max_ratio={config.band_max_ratio} "
+          f"dual clip (TRL delta)={config.delta} loss_type={config.loss_type}")
     trainer = BandGRPOTrainer(  # BandPO
         model=model, reward_funcs=REWARDS[args.reward], args=config,
         train_dataset=build_dataset(task, 4096, args.seed + 1), processing_class=tokenizer,

@@ -13,22 +13,18 @@
 # The data files are verl's RL parquet format (see verl's examples/data_preprocess). MODEL_PATH is a local
 # Hugging Face checkpoint directory readable from every node.
 #
-# What makes it BandPO (the rest is a standard verl GRPO run):
-#   policy_loss._target_  builds bandcore.rl.verl.BandPolicyLossConfig, which checks the band_* keys and, being
-#                         imported in every worker that builds the actor config, registers the "bandpo" loss;
-#   policy_loss.loss_mode=bandpo selects it; band_divergence / band_delta / band_max_ratio are its
-#                         hyperparameters ("+" because they are not in verl's yaml); clip_ratio_c is the dual
-#                         clip for negative advantages (the BandPO runs used δ = 0.05, u ≤ 10, c = 10);
-#   VERL_USE_EXTERNAL_MODULES, forwarded to every Ray worker, registers the loss there too (belt and braces;
-#                         the verl.plugins entry point does the same whenever bandcore is pip-installed).
+# What makes it BandPO is the config examples/recipes/verl_bandpo.yaml (verl's ppo_trainer with the "bandpo" policy
+# loss at BandPO's settings: KL δ = 0.05, upper ratio bound ≤ 10, dual clip 10, seq-mean-token-mean, the
+# bypass-mode pitfall pinned off, VERL_USE_EXTERNAL_MODULES for every Ray worker); the overrides below are a
+# standard verl GRPO run. The head node reads the recipe from this checkout.
 # Other band_* keys (docs/rl.md), each with "+": band_loss_form=dppo runs DPPO's objective on the Band (then
 #   clip_ratio_c is its truncation C, 20 in DPPO; with band_divergence=kl or tv it is verl's dppo_kl / dppo_tv with
 #   clip_ratio_low / clip_ratio_high = band_delta_low / band_delta_high); band_delta_low / band_delta_high set
 #   one-sided radii; band_delta_schedule=linear|cosine|exponential with band_delta_end and band_delta_steps moves
 #   delta over optimizer steps; band_target_kl adapts it to a measured KL.
-# Pitfall: algorithm.rollout_correction.bypass_mode=True would overwrite loss_mode with "bypass_mode" and
-# silently train without the Band; it is pinned to False below.
 set -euo pipefail
+
+RECIPES="$(cd "$(dirname "${BASH_SOURCE[0]}")/recipes" && pwd)"
 
 RAY_PORT=${RAY_PORT:-6379}
 DASHBOARD_PORT=${DASHBOARD_PORT:-8265}
@@ -36,9 +32,6 @@ NNODES=${NNODES:-2}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 
 OVERRIDES=(
-  algorithm.adv_estimator=grpo
-  algorithm.use_kl_in_reward=False
-  algorithm.rollout_correction.bypass_mode=False
   data.train_files="${TRAIN_FILES:-}"
   data.val_files="${VAL_FILES:-}"
   data.train_batch_size=256
@@ -48,17 +41,7 @@ OVERRIDES=(
   actor_rollout_ref.actor.optim.lr=1e-6
   actor_rollout_ref.actor.ppo_mini_batch_size=64
   actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4
-  actor_rollout_ref.actor.use_kl_loss=False
-  actor_rollout_ref.actor.entropy_coeff=0
-  actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
-  actor_rollout_ref.actor.policy_loss._target_=bandcore.rl.verl.BandPolicyLossConfig
-  actor_rollout_ref.actor.policy_loss.loss_mode=bandpo
-  +actor_rollout_ref.actor.policy_loss.band_divergence=kl
-  +actor_rollout_ref.actor.policy_loss.band_delta=0.05
-  +actor_rollout_ref.actor.policy_loss.band_max_ratio=10
-  actor_rollout_ref.actor.clip_ratio_c=10
   actor_rollout_ref.rollout.name=vllm
-  actor_rollout_ref.rollout.n=8
   actor_rollout_ref.rollout.tensor_model_parallel_size=2
   actor_rollout_ref.rollout.gpu_memory_utilization=0.6
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8
@@ -70,7 +53,6 @@ OVERRIDES=(
   trainer.project_name=bandpo
   trainer.experiment_name=bandpo-kl-0.05
   trainer.logger='["console"]'
-  +ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=bandcore.rl.verl
 )
 
 case "${1:-}" in
@@ -84,7 +66,7 @@ case "${1:-}" in
     : "${HEAD_IP:?set HEAD_IP}" "${MODEL_PATH:?set MODEL_PATH}" "${TRAIN_FILES:?set TRAIN_FILES}" "${VAL_FILES:?set VAL_FILES}"
     ray job submit --address="http://${HEAD_IP}:${DASHBOARD_PORT}" --no-wait \
       --runtime-env-json='{"env_vars": {"VERL_USE_EXTERNAL_MODULES": "bandcore.rl.verl"}}' \
-      -- python3 -m verl.trainer.main_ppo "${OVERRIDES[@]}"
+      -- python3 -m verl.trainer.main_ppo --config-path="${RECIPES}" --config-name=verl_bandpo "${OVERRIDES[@]}"
     echo "follow it with: ray job logs --address=http://${HEAD_IP}:${DASHBOARD_PORT} --follow <submission id>"
     ;;
   stop)

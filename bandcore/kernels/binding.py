@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
-from .ops import numpy_ops, torch_ops
+from .ops import jax_ops, numpy_ops, torch_ops
 
 __all__ = ["FASTMATH", "cache_dir", "generated_source", "instance", "load_generated", "parts"]
 
@@ -41,8 +41,8 @@ def parts(module: ModuleType) -> tuple[ModuleType, ...]:
 
 
 def instance(module: ModuleType, backend: str, tag: str = "") -> ModuleType:
-    """A fresh copy of ``module`` (of its :func:`parts`, concatenated) with ``xp`` bound to ``backend`` ("numpy" or
-    "torch")."""
+    """A fresh copy of ``module`` (of its :func:`parts`, concatenated) with ``xp`` bound to ``backend`` ("numpy",
+    "torch" or "jax")."""
     name = f"{module.__name__}_{backend}{'_' + tag if tag else ''}"
     if name in sys.modules:
         return sys.modules[name]
@@ -56,7 +56,7 @@ def instance(module: ModuleType, backend: str, tag: str = "") -> ModuleType:
         spec = importlib.util.spec_from_file_location(name, module.__file__)
         copy = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(copy)
-    copy.xp = numpy_ops if backend == "numpy" else torch_ops()
+    copy.xp = {"numpy": lambda: numpy_ops, "torch": torch_ops, "jax": jax_ops}[backend]()
     sys.modules[name] = copy
     return copy
 

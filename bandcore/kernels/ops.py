@@ -6,7 +6,10 @@ names, and bound (:mod:`.binding`) to one of:
 * :data:`numpy_ops` — NumPy arrays (the reference backend);
 * :func:`torch_ops` — torch tensors on any device (float64; Python numbers are lifted, so a constant side
   function never meets ``torch.exp`` on a float);
-* :mod:`.numba_ops` / :mod:`.numba_fast_ops` — scalars inside Numba-compiled code (``where`` is a select).
+* :mod:`.numba_ops` / :mod:`.numba_fast_ops` — scalars inside Numba-compiled code (``where`` is a select);
+* :func:`jax_ops` — ``jax.numpy`` arrays, traceable by ``jax.jit`` (``all_true`` is always False: no early exits;
+  ``float_bits`` needs ``jax_enable_x64``); the JAX table reader (:mod:`bandcore.tables.jax_reader`) binds
+  :mod:`.lookup` to it.
 
 Names: ``exp log log1p expm1 exp_ratio sqrt abs where minimum maximum logaddexp isfinite isnan logical_and logical_or
 logical_not all_true floor_int float_bits inf nan`` (``float_bits``: a float64's bits as an int64) and, for
@@ -24,7 +27,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-__all__ = ["numpy_ops", "torch_ops"]
+__all__ = ["jax_ops", "numpy_ops", "torch_ops"]
 
 
 def _numpy_all(mask: np.ndarray) -> bool:
@@ -142,4 +145,48 @@ def torch_ops() -> SimpleNamespace:
         inf=math.inf,
         nan=math.nan,
         name="torch",
+    )
+
+
+@lru_cache(maxsize=1)
+def jax_ops() -> SimpleNamespace:
+    """The namespace for ``jax.numpy`` arrays (imports jax on first use); every function is traceable by
+    ``jax.jit``, so loops never stop early (``all_true`` is False)."""
+    import jax
+    import jax.numpy as jnp
+
+    def exp_ratio(x, c: float):
+        big = x >= 709.0  # as the NumPy one
+        y = jnp.exp(jnp.where(big, x - 709.0, x))
+        return jnp.where(big, y * (math.exp(709.0) / c), y / c)
+
+    return SimpleNamespace(
+        exp=jnp.exp,
+        log=jnp.log,
+        log1p=jnp.log1p,
+        expm1=jnp.expm1,
+        exp_ratio=exp_ratio,
+        sqrt=jnp.sqrt,
+        abs=jnp.abs,
+        where=jnp.where,
+        minimum=jnp.minimum,
+        maximum=jnp.maximum,
+        logaddexp=jnp.logaddexp,
+        isfinite=jnp.isfinite,
+        isnan=jnp.isnan,
+        logical_and=jnp.logical_and,
+        logical_or=jnp.logical_or,
+        logical_not=jnp.logical_not,
+        all_true=lambda mask: False,
+        floor_int=lambda x: jnp.floor(x).astype(jnp.int64),
+        float_bits=lambda x: jax.lax.bitcast_convert_type(jnp.asarray(x, dtype=jnp.float64), jnp.int64),
+        sinh=jnp.sinh,
+        cosh=jnp.cosh,
+        tanh=jnp.tanh,
+        asinh=jnp.arcsinh,
+        acosh=jnp.arccosh,
+        atanh=jnp.arctanh,
+        inf=math.inf,
+        nan=math.nan,
+        name="jax",
     )

@@ -75,6 +75,7 @@ class BandTable2D:
         self.checked_points = int(checked_points)
         self.builder = builder
         self._last: tuple[float, BandTable] | None = None
+        self._jax: dict[bool, Any] = {}
 
     @classmethod
     def build(cls, divergence: str | Divergence, delta_range: tuple[float, float], *, target: float = 1e-7,
@@ -143,6 +144,19 @@ class BandTable2D:
         piece = piece_of(surface, u)
         _, b, lo = exact_threshold(self.divergence, delta, side)
         return tailed(piece.bound(piece.local(u), b, lo), piece.far.tails, self.divergence, delta, index)
+
+    def to_jax(self, *, log: bool = False):
+        """A pure JAX function ``f(old_log_prob, delta) -> (lower, upper)`` (``log=True``: log bounds), δ a traced
+        scalar or an array broadcasting against ``old_log_prob``: ``jax.jit``- and ``jax.vmap``-able
+        (:mod:`bandcore.tables.jax_grid2d`).  A saturating bound's threshold L*(δ) and a logarithmic tail's fit
+        come from series fitted at 50 digits when this is called (seconds; cached on the table).  Imports jax."""
+        from .jax_grid2d import grid2d_to_jax
+        from .jax_reader import check_log_flag
+
+        key = check_log_flag(log)
+        if key not in self._jax:
+            self._jax[key] = grid2d_to_jax(self, log=key)
+        return self._jax[key]
 
     def log(self, old_log_prob, delta: float):
         """(log_lower, log_upper) at ``delta``; see :meth:`BandTable.log`."""

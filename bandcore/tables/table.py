@@ -150,6 +150,15 @@ class BandTable:
         the Numba kernel takes the exp in its last loop."""
         return self._bounds(old_log_prob, backend, True)
 
+    def to_jax(self, *, log: bool = False) -> Callable:
+        """A pure JAX function ``f(old_log_prob) -> (lower, upper)`` (``log=True``: log bounds): ``jax.jit``- and
+        ``jax.vmap``-able, the lookup of :mod:`bandcore.kernels.lookup` in ``jax.numpy``
+        (:mod:`bandcore.tables.jax_reader`).  In float64 with ``jax_enable_x64``, else in float32; NaN (not an
+        error) for log p above the tolerance.  Imports jax."""
+        from .jax_reader import check_log_flag, table_to_jax
+
+        return table_to_jax(self.lower.kernel, self.upper.kernel, log=check_log_flag(log))
+
     def _bounds(self, old_log_prob, backend: str, ratios: bool):
         backend = check_backend(backend)
         if _is_torch(old_log_prob):

@@ -331,18 +331,23 @@ def _script_overrides() -> list[str]:
 
 
 def test_script_overrides_select_the_band():
-    overrides = _script_overrides()
-    assert "actor_rollout_ref.actor.policy_loss._target_=bandcore.rl.verl.BandPolicyLossConfig" in overrides
-    assert "actor_rollout_ref.actor.policy_loss.loss_mode=bandpo" in overrides
-    assert "algorithm.rollout_correction.bypass_mode=False" in overrides
-    band_keys = {o.split("=")[0].rsplit(".", 1)[1] for o in overrides if ".policy_loss.band_" in o}
+    """The script runs verl's trainer on the recipe examples/recipes/verl_bandpo.yaml, which selects the Band."""
+    text = (ROOT / "examples" / "verl_bandpo.sh").read_text()
+    assert '--config-path="${RECIPES}" --config-name=verl_bandpo' in text
+    recipe = OmegaConf.load(ROOT / "examples" / "recipes" / "verl_bandpo.yaml")
+    policy_loss = recipe.actor_rollout_ref.actor.policy_loss
+    assert policy_loss._target_ == "bandcore.rl.verl.BandPolicyLossConfig" and policy_loss.loss_mode == "bandpo"
+    assert recipe.algorithm.rollout_correction.bypass_mode is False
+    band_keys = {k for k in policy_loss if k.startswith("band_")}
     assert band_keys <= {f for f in BandPolicyLossConfig.__dataclass_fields__ if f.startswith("band_")}
+    assert not any(".policy_loss." in o for o in _script_overrides())  # the Band's settings live in the recipe
 
 
 @pytest.mark.slow
 def test_script_overrides_compose_with_verls_own_config():
-    """Hydra composes verl's ppo_trainer.yaml with the script's overrides exactly as main_ppo does: an unknown
-    key (without '+') is an error; the actor config then builds BandPolicyLossConfig and the loss runs on it."""
+    """Hydra composes the recipe (verl's ppo_trainer.yaml and the Band's settings) with the script's overrides
+    exactly as main_ppo does: an unknown key (without '+') is an error; the actor config then builds
+    BandPolicyLossConfig and the loss runs on it."""
     import verl
     from hydra import compose, initialize_config_dir
     from verl.utils.config import omega_conf_to_dataclass
@@ -356,8 +361,9 @@ def test_script_overrides_compose_with_verls_own_config():
             parent_key, _, leaf = key.rpartition(".")
             parent = OmegaConf.select(flat, parent_key)
             assert parent is not None and leaf in list(parent.keys()), key  # `in` skips '???' values
+    with initialize_config_dir(config_dir=str(ROOT / "examples" / "recipes"), version_base=None):
+        cfg = compose(config_name="verl_bandpo", overrides=overrides)
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        cfg = compose(config_name="ppo_trainer", overrides=overrides)
         with pytest.raises(Exception, match="band_delta"):  # the '+' is needed: the key is not verl's
             compose(config_name="ppo_trainer", overrides=["actor_rollout_ref.actor.policy_loss.band_delta=0.1"])
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
