@@ -2,7 +2,7 @@ r"""Binding the one solver source (:mod:`.solvers`) to a backend, with caches ke
 
 * **numpy** / **torch**: a fresh instance of the :mod:`.solvers` module whose ``xp`` is :data:`.ops.numpy_ops`
   or :func:`.ops.torch_ops` and whose per-divergence globals (``phi_r dphi_r f_s k_s``, ``F_AT_ZERO``,
-  ``SLOPE_AT_INFINITY``, ``F2``, ``KINK``) come from :mod:`bandcore.derive.kernel_functions`.
+  ``SLOPE_AT_INFINITY``, ``F2``, ``KINK``) come from :mod:`bandcore.derive.codegen.kernel_functions`.
 * **numba**: a generated module — the source of :mod:`.solvers` and :mod:`.lookup` with ``xp`` bound to
   :mod:`.numba_fast_ops` (exp/log written out, every select computed, so LLVM vectorises them), the
   divergence's functions as select-form code, every function force-inlined at LLVM level (cheap to compile,
@@ -50,7 +50,7 @@ def solver_kind(divergence: Divergence) -> str:
         return divergence.name
     if divergence.name.startswith("alpha(") and divergence.is_catalogue:
         return "kl" if divergence.params == (("alpha", 0.0),) else "generic"
-    from ..derive.mpmath_g import checked_facts  # a user formula: compare normalised generators exactly
+    from ..derive.generator_facts.mpmath_g import checked_facts  # a user formula: compare normalised generators exactly
 
     mine = checked_facts(divergence).f_normalised
     for kind in _NORMALISED:
@@ -60,7 +60,7 @@ def solver_kind(divergence: Divergence) -> str:
 
 
 def _constants(divergence: Divergence) -> dict[str, float]:
-    from ..derive.kernel_functions import generator_functions
+    from ..derive.codegen.kernel_functions import generator_functions
 
     gf = generator_functions(divergence)
     return {"F_AT_ZERO": gf.f_at_zero, "SLOPE_AT_INFINITY": gf.slope_at_infinity, "F2": gf.f2, "KINK": gf.kink}
@@ -88,7 +88,7 @@ def solver_module(backend: str, divergence: Divergence, kind: str | None = None)
         return _reference
     module = _instance(backend, f"{kind}_{hashlib.sha256(divergence.formula.encode()).hexdigest()[:12]}")
     if kind == "generic":
-        from ..derive.kernel_functions import side_callables
+        from ..derive.codegen.kernel_functions import side_callables
 
         for name, value in {**side_callables(divergence, module.xp), **_constants(divergence)}.items():
             setattr(module, name, value)
@@ -232,7 +232,7 @@ def lower_at_one(divergence: Divergence, delta: float) -> float:
 def _numba_source(divergence: Divergence, kind: str) -> str:
     extra = []
     if kind == "generic":
-        from ..derive.kernel_functions import generator_functions
+        from ..derive.codegen.kernel_functions import generator_functions
 
         gf = generator_functions(divergence)
         extra += [f"{name} = {_literal(value)}" for name, value in _constants(divergence).items()]

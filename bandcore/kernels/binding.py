@@ -26,6 +26,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
+from . import slots
 from .ops import numpy_ops, torch_ops
 
 __all__ = ["FASTMATH", "cache_dir", "generated_source", "instance", "load_generated", "parts"]
@@ -47,7 +48,7 @@ def instance(module: ModuleType, backend: str, tag: str = "") -> ModuleType:
     if name in sys.modules:
         return sys.modules[name]
     if hasattr(module, "PARTS"):
-        source = "".join(_body(part, False)[0] for part in parts(module))
+        source = "".join(_body(part, False)[0] for part in (slots, *parts(module)))
         filename = f"<{name}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
         copy = ModuleType(name, module.__doc__)
@@ -109,7 +110,7 @@ def generated_source(sources: list[tuple[ModuleType, bool]], ops: str, extra: li
     digest = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in _ops_modules(ops))).hexdigest()[:16]
     header = [f"# ops: {ops} {digest}", "import math", "import numpy as np", "from numba import njit, prange",
               f"from bandcore.kernels import {ops} as xp", f"FASTMATH = set({list(FASTMATH)!r})"]  # fmt: skip
-    bodies, functions = [], []
+    bodies, functions = [_body(slots, False)[0]], []  # the metadata slots' names, constants in the compiled code
     for source, lazy in sources:
         for module in parts(source):
             body, names = _body(module, lazy)

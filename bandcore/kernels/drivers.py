@@ -19,7 +19,7 @@ import textwrap
 from .._contract import LOG_P_TOLERANCE
 from . import lookup, solvers
 from .binding import generated_source
-from .grid import FM_SIZE, IM_SIZE
+from .slots import FM_SIZE, IM_SIZE
 from .solvers import common as _registry
 
 __all__ = ["BLOCK", "OUTPUTS", "SERIAL_MAX", "by_value_source", "numba_source", "serial_and_parallel"]
@@ -142,7 +142,7 @@ def band_kernel{output}{suffix}(old_log_prob, delta, lower_at_one, lower, upper,
 
 
 def by_value_source() -> str:
-    """``by_value(bound)``: a table bound's ``fm``/``im`` arrays as tuples (see :data:`.grid.FM_SIZE`; Numba's
+    """``by_value(bound)``: a table bound's ``fm``/``im`` arrays as tuples (see :data:`.slots.FM_SIZE`; Numba's
     parallel loops take no tuples of numbers as arguments, so the blocks make them)."""
     fm = ", ".join(f"fm[{i}]" for i in range(FM_SIZE))
     im = ", ".join(f"im[{i}]" for i in range(IM_SIZE))

@@ -9,6 +9,7 @@ from types import ModuleType
 from . import lookup
 from .binding import generated_source, load_generated
 from .drivers import by_value_source, serial_and_parallel
+from .slots import KINDS
 
 __all__ = ["CHUNKS", "TABLE_BLOCK", "lookup_module"]
 # The table kernel (:func:`lookup_module`) runs :mod:`.lookup`'s steps (its docstring) with the fast ops
@@ -34,7 +35,7 @@ _TABLE_BOUND = '''
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def table_bound(Ls, bound, x, o, inner, out):
     fm, im, off, shift, cells = bound
-    if im[0] >= 4:
+    if im[KIND] >= SPLIT_LOWER:
         table_octaves(Ls, fm, im, off.shape[0], x, o)
     else:
         table_octaves(Ls, fm, im, off.shape[0], x, o)
@@ -80,7 +81,7 @@ def table_pending(Ls, fm, im, x, o, inner, out):
         x[k] = Ls[j]
         inner[k] = inner[j]
         k += flag
-    if im[0] == 5:
+    if im[KIND] == SPLIT_UPPER:
         for i in range(k):
             x[i] = bound_pending(x[i], inner[i], fm, im)
     table_store(Ls, fm, im, x, o, k, out)
@@ -95,7 +96,7 @@ def table_store(Ls, fm, im, y, o, k, out):
     for i in range(k):
         j = np.uint64(o[i])
         L = Ls[j]
-        value = y[i] if im[0] == 5 else out[j]
+        value = y[i] if im[KIND] == SPLIT_UPPER else out[j]
         if in_tail(L, fm, im):
             value = tail_log(L, value, fm, im)
         out[j] = value
@@ -160,14 +161,12 @@ CHUNKS = 64
 #: ns/token on 10k mid tokens, reverse_kl 11.5 -> 10.2, kl 8.0 -> 7.6; at 500k js 10.8 -> 10.1, kl 6.7 -> 6.9;
 #: 1024 against 512: 1.03-1.08x at 10k.
 TABLE_BLOCK = 1024
-#: The bound kinds of :mod:`.lookup` (module docstring).
-_KINDS = range(6)
 
 
 def _table_drivers() -> str:
     """:data:`_TABLE_BOUND` with a branch per kind, the block and the drivers."""
-    branch = "    {} im[0] == {}:\n        pending = table_finish(Ls, fm, im, inner, o, out)"
-    kinds = "\n".join(branch.format("if" if kind == 0 else "elif", kind) for kind in _KINDS)
+    branch = "    {} im[KIND] == {}:\n        pending = table_finish(Ls, fm, im, inner, o, out)"
+    kinds = "\n".join(branch.format("if" if kind == 0 else "elif", kind) for kind in range(KINDS))
     bound = _TABLE_BOUND.replace("KINDS\n", kinds + "\n")
     return _TABLE_STORE + _TABLE_PENDING + bound + _TABLE_BLOCKS + serial_and_parallel(_TABLE_DRIVER)
 

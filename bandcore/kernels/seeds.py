@@ -21,9 +21,10 @@ and so is every cell next to it: those tokens start from the solver's own start 
 **Saturation.**  The upper root of p = e^-L saturates (r = 1/p) iff :math:`G(\infty) = p f(1/p) + (1-p) f(0)
 \le \delta`, and :math:`G(\infty)` is non-increasing in p (its derivative :math:`f(1/p) - f'(1/p)/p - f(0)
 \le 0` by convexity), so saturation is :math:`L \le L^*`.  :func:`saturation_band` finds :math:`L^*` once by
-bisection on the solver's own :math:`G(\infty)` and stores ``fm[5] = L^*(1 - 10^{-9})``, ``fm[6] =
-L^*(1 + 10^{-9})`` with the table: the seed is -inf (w = 0, d = ∞: saturated) for L <= fm[5] and NaN in the band
-(fm[5], fm[6]], whose tokens the safeguarded solver decides with :math:`G(\infty)` itself.  (If the
+bisection on the solver's own :math:`G(\infty)` and stores ``fm[SEED_SATURATED_TO] = L^*(1 - 10^{-9})``,
+``fm[SEED_UNDECIDED_TO] = L^*(1 + 10^{-9})`` with the table (:mod:`.slots`): the seed is -inf (w = 0, d = ∞:
+saturated) up to the first and NaN in the band between them, whose tokens the safeguarded solver decides with
+:math:`G(\infty)` itself.  (If the
 floating-point :math:`G(\infty)` contradicts the band at any knot, the band is everything.)
 
 A seed is only a start: the solver finishes every token with its own convergence test (the generic Newton:
@@ -31,7 +32,7 @@ away from thresholds the seed is within ~1e-10, so the first Newton step already
 whose accuracy the tests check against the oracle (KL, where the seed errs by < 1e-9).
 Seeds of user generators are cached on disk (``.npz``, no pickle) under :func:`.binding.cache_dir`, keyed by
 the canonical formula, δ, the solver source and the generated functions' key
-(:meth:`~bandcore.derive.kernel_functions.GeneratorFunctions.key`), so a second process
+(:meth:`~bandcore.derive.codegen.kernel_functions.GeneratorFunctions.key`), so a second process
 starts fast and never reads a table of other functions.
 """
 
@@ -52,6 +53,7 @@ from ..divergences import Divergence
 from . import solvers as _reference
 from .binding import cache_dir
 from .grid import KernelBound, octave_grid, octave_of, pack
+from .slots import LOG_R, SEED_SATURATED_TO, SEED_UNDECIDED_TO
 
 __all__ = ["NO_SEED", "SEED_LEVEL", "SEED_RANGE", "saturation_band", "seed_knots", "seed_table", "seed_values"]
 
@@ -63,7 +65,7 @@ FD_STEP = 1e-6
 #: solver's own start
 #: Relative margin of the saturation band around the threshold (:func:`saturation_band`).
 SATURATION_MARGIN = 1e-9
-NO_SEED = KernelBound(
+NO_SEED = KernelBound(  # range (a, b) = (inf, -inf): empty; band (SEED_SATURATED_TO, SEED_UNDECIDED_TO): all of L
     fmeta=np.array([math.inf, -math.inf, math.nan, math.nan, 0.0, -math.inf, math.inf]),
     imeta=np.zeros(4, dtype=np.int64),
     off=np.zeros(1, dtype=np.int64), levels=np.zeros(1, dtype=np.int64), cells=np.full((1, 6), math.nan),
@@ -119,7 +121,7 @@ def _source_digest() -> str:
 
 
 def _path(div: Divergence, delta: float):
-    from ..derive.kernel_functions import generator_functions  # SymPy: only for a user generator's seeds
+    from ..derive.codegen.kernel_functions import generator_functions  # SymPy: only for a user generator's seeds
 
     # keyed by the generated functions too: a table from another version of them is never read
     functions = generator_functions(div).key()
@@ -189,6 +191,8 @@ def seed_table(module: ModuleType, kind: str, div: Divergence, delta: float) -> 
 
 
 def _pack(knots, values, slopes, levels, band: tuple[float, float]) -> KernelBound:
-    """The seed table's arrays: :func:`.grid.pack`'s, with the saturation band as fm[5], fm[6]."""
-    bound = pack(knots, values, slopes, levels, 0, False, False)
-    return dataclasses.replace(bound, fmeta=np.concatenate([bound.fmeta, band]))
+    """The seed table's arrays: :func:`.grid.pack`'s, with the saturation band in its slots (:mod:`.slots`)."""
+    bound = pack(knots, values, slopes, levels, LOG_R, False, False)
+    fmeta = np.concatenate([bound.fmeta, np.zeros(2)])
+    fmeta[SEED_SATURATED_TO], fmeta[SEED_UNDECIDED_TO] = band
+    return dataclasses.replace(bound, fmeta=fmeta)

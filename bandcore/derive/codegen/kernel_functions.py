@@ -42,11 +42,11 @@ from functools import lru_cache
 
 import sympy as sp
 
-from ..divergences import Divergence
-from .mpmath_g import checked_facts, refuse_unless_done
+from ...divergences import Divergence
+from ..generator_facts.mpmath_g import checked_facts, refuse_unless_done
+from ..generator_facts.symbolic import U, on_side
 from .overflow import safe_log_abs, safe_value
 from .selects import X, holds_near_one, last_piece, pieces_of, selected
-from .symbolic import U, on_side
 
 __all__ = ["TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generator_functions", "side_callables"]
 
