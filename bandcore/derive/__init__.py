@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .closed_forms.limits import series_coefficients
     from .closed_forms.reduction import DELTA, P, Q, R
     from .closed_forms.saturation import Saturation
+    from .codegen.plans import build_plan, solver_plan
     from .generator_facts.mpmath_g import g_mp
     from .generator_facts.symbolic import Facts, U, facts
 
@@ -44,6 +45,7 @@ __all__ = [
     "R",
     "Saturation",
     "U",
+    "build_plan",
     "catalogue",
     "derive",
     "facts",
@@ -51,6 +53,7 @@ __all__ = [
     "packaged_reports",
     "render_derivations",
     "series_coefficients",
+    "solver_plan",
     "write_derivations",
 ]
 
@@ -71,6 +74,8 @@ _HOME = {
     "U": "symbolic",
     "Facts": "symbolic",
     "facts": "symbolic",
+    "build_plan": "plans",
+    "solver_plan": "plans",
 }
 
 
@@ -87,6 +92,8 @@ def _module(home: str) -> ModuleType:
         from .closed_forms import reduction as module
     elif home == "saturation":
         from .closed_forms import saturation as module
+    elif home == "plans":
+        from .codegen import plans as module
     else:
         from .generator_facts import symbolic as module
     return module

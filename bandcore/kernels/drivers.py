@@ -1,6 +1,6 @@
 r"""The Numba drivers: templates of the generated module's loops around the one solver source (:mod:`.solvers`),
 and the generated source itself (:func:`numba_source`; the table lookup's are in :mod:`.lookup_drivers`).
-:mod:`.backends` compiles and calls them.
+:mod:`.compiled` compiles and calls them.
 
 A driver cuts the tokens into blocks of :data:`BLOCK` and runs the blocks in parallel (serially up to
 :data:`SERIAL_MAX` tokens): the closed forms in one branch-free loop; the seeded kinds gather their seeds in one
@@ -18,9 +18,9 @@ import textwrap
 
 from .._contract import LOG_P_TOLERANCE
 from . import lookup, solvers
-from .binding import generated_source
 from .slots import FM_SIZE, IM_SIZE
 from .solvers import common as _registry
+from .sources import generated_source
 
 __all__ = ["BLOCK", "OUTPUTS", "SERIAL_MAX", "by_value_source", "numba_source", "serial_and_parallel"]
 
@@ -235,7 +235,7 @@ def numba_source(kind: str, extra: list[str]) -> str:
     lines = [f"TOL = {LOG_P_TOLERANCE!r}", f"BLOCK = {BLOCK}", f"CLOSED_BLOCK = {CLOSED_BLOCK}", f"PAD = {PAD}",
              *extra]
     drivers = _CLAMPED + by_value_source() + "".join(_solver_drivers(kind, output) for output in OUTPUTS)
-    return generated_source([(lookup, False), (solvers, False)], "numba_fast_ops", lines, drivers, inline=True,
+    return generated_source([lookup, *solvers.parts(kind)], "numba_fast_ops", lines, drivers, inline=True,
                             outlined=_OUTLINED)  # fmt: skip
 
 

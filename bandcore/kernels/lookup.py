@@ -1,7 +1,7 @@
 r"""Piecewise-cubic lookup in :math:`L = -\log p` on octave cells, written once against ``xp`` (see :mod:`.ops`).
 
 Used by the certified lookup tables (:mod:`bandcore.tables`) and by the solvers' seed tables (:mod:`.seeds`);
-the grid and its arrays are built by :mod:`.grid`; :mod:`.backends` binds it to NumPy, torch and (generated)
+the grid and its arrays are built by :mod:`.grid`; :mod:`.sources` binds it to NumPy, torch and (generated)
 Numba like :mod:`.solvers`.
 
 **Grid.** A function is tabulated on :math:`[a, b] \subset (0, \infty)`.  Octave :math:`e`
@@ -68,7 +68,7 @@ arrays (:func:`bound_from_cell` merges the pending values by a select), with the
 
 from __future__ import annotations
 
-from .ops import numpy_ops as xp  # rebound per backend by .backends
+from .ops import numpy_ops as xp  # rebound per backend by .sources
 from .slots import (  # also in every generated module: compile-time constants there
     F_LEFT,
     F_RIGHT,

@@ -1,17 +1,23 @@
-r"""The Numba driver of the certified tables' lookup (:func:`lookup_module`): templates of the generated module's
-loops around the one evaluation source (:mod:`.lookup`), built like the solver drivers (:mod:`.drivers`)."""
+r"""The certified tables' lookup run on arrays (:func:`run_lookup`, :func:`run_lookup_torch`): the one evaluation
+source (:mod:`.lookup`) bound to NumPy or torch, or compiled with the Numba driver (:func:`lookup_module`) whose
+templates of the generated module's loops are here, built like the solver drivers (:mod:`.drivers`)."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from types import ModuleType
+from typing import Any
+
+import numpy as np
 
 from . import lookup
-from .binding import generated_source, load_generated
-from .drivers import by_value_source, serial_and_parallel
+from .drivers import SERIAL_MAX, by_value_source, serial_and_parallel
+from .grid import KernelBound
+from .ops import numpy_ops, torch_ops
 from .slots import KINDS
+from .sources import call_generated, generated_source, load_generated, vectorised_module
 
-__all__ = ["CHUNKS", "TABLE_BLOCK", "lookup_module"]
+__all__ = ["CHUNKS", "TABLE_BLOCK", "lookup_module", "run_lookup", "run_lookup_torch"]
 # The table kernel (:func:`lookup_module`) runs :mod:`.lookup`'s steps (its docstring) with the fast ops
 # (:mod:`.numba_fast_ops`) and every select computed: per run of blocks (one buffer allocation), per block of
 # BLOCK tokens, per bound, a vectorised loop for the cells' variables and octaves, a scalar loop for the gathers,
@@ -172,10 +178,55 @@ def _table_drivers() -> str:
 
 
 @lru_cache(maxsize=1)
+def _lookup_source() -> str:
+    drivers = by_value_source() + _table_drivers()
+    constants = [f"BLOCK = {TABLE_BLOCK}", f"CHUNKS = {CHUNKS}"]
+    return generated_source([lookup], "numba_fast_ops", constants, drivers, inline=True)
+
+
+_PREFIX = "bandcore_numba_lookup"
+
+
 def lookup_module() -> ModuleType:
     """The generated module of the table lookup (:data:`_TABLE_DRIVER`), with the fast ops
     (:mod:`.numba_fast_ops`) and every select computed, so that the vectorised loops vectorise."""
-    drivers = by_value_source() + _table_drivers()
-    constants = [f"BLOCK = {TABLE_BLOCK}", f"CHUNKS = {CHUNKS}"]
-    source = generated_source([(lookup, False)], "numba_fast_ops", constants, drivers, inline=True)
-    return load_generated(source, "bandcore_numba_lookup")
+    return load_generated(_lookup_source(), _PREFIX)
+
+
+def _vectorised(backend: str) -> ModuleType:
+    xp = numpy_ops if backend == "numpy" else torch_ops()
+    return vectorised_module((lookup,), xp, f"bandcore.kernels.lookup_{backend}", {})
+
+
+def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dtype: Any, tol: float,
+               backend: str = "numba", ratios: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
+    """(log r_lo, log r_up, count of log p > tol) of a table for a flat float32/float64 array; with ``ratios``
+    (r_lo, r_up), exp of the log bounds rounded once to ``out_dtype`` (in the Numba kernel's last loop).
+
+    ``backend="numba"``: one parallel pass reading the input in its own dtype (besides the outputs, one small
+    buffer per run of blocks; :mod:`.drivers`; its first call per signature guarded against damaged Numba files,
+    :func:`.sources.call_generated`); ``"numpy"``: the same source vectorised (imports no Numba).  Above ``tol``
+    the bounds are NaN.
+    """
+    if backend == "numba":
+        out_lo = np.empty(log_p.shape, dtype=out_dtype)
+        out_up = np.empty(log_p.shape, dtype=out_dtype)
+        name = "table_kernel" if log_p.size > SERIAL_MAX else "table_kernel_serial"
+
+        def call(module: ModuleType) -> int:
+            return getattr(module, name)(log_p, lower.arrays(), upper.arrays(), tol, ratios, out_lo, out_up)
+
+        signature = f"{name}-{log_p.dtype.name}-{np.dtype(out_dtype).name}-{ratios}"
+        _, above = call_generated(lookup_module(), _lookup_source(), _PREFIX, signature, call)
+        return out_lo, out_up, int(above)
+    lp = log_p.astype(np.float64, copy=False)
+    with np.errstate(all="ignore"):  # (also the cast: a bound beyond float32's range is its ±inf)
+        lo, up = _vectorised("numpy").table_bounds(lp, lower.numpy_arrays(), upper.numpy_arrays(), tol)
+        lo, up = (np.exp(lo), np.exp(up)) if ratios else (lo, up)
+        return lo.astype(out_dtype, copy=False), up.astype(out_dtype, copy=False), int(np.count_nonzero(lp > tol))
+
+
+def run_lookup_torch(log_p, lower: tuple, upper: tuple, tol: float):
+    """(log r_lo, log r_up) in float64 for a float64 tensor, from :meth:`KernelBound.torch_arrays`; no host
+    synchronisation, so log p above ``tol`` gives NaN instead of an error."""
+    return _vectorised("torch").table_bounds(log_p, lower, upper, tol)

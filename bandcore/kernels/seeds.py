@@ -30,10 +30,10 @@ floating-point :math:`G(\infty)` contradicts the band at any knot, the band is e
 A seed is only a start: the solver finishes every token with its own convergence test (the generic Newton:
 away from thresholds the seed is within ~1e-10, so the first Newton step already passes it) or one Halley step
 whose accuracy the tests check against the oracle (KL, where the seed errs by < 1e-9).
-Seeds of user generators are cached on disk (``.npz``, no pickle) under :func:`.binding.cache_dir`, keyed by
-the canonical formula, δ, the solver source and the generated functions' key
-(:meth:`~bandcore.derive.codegen.kernel_functions.GeneratorFunctions.key`), so a second process
-starts fast and never reads a table of other functions.
+The seed tables of generic plans are cached on disk (``.npz``, no pickle; folder ``seeds`` of
+:mod:`bandcore._cache`), keyed by the plan's formula and ``seed_key``, δ, the grid and the solver source, so a
+second process starts fast and never reads a table of other functions; a file that does not load as such a
+table (truncated, damaged) is computed and written again.
 """
 
 from __future__ import annotations
@@ -41,17 +41,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
+import io
 import math
-import os
-import tempfile
+import zipfile
 from functools import lru_cache
 from types import ModuleType
 
 import numpy as np
 
-from ..divergences import Divergence
+from .._cache import read_bytes, write_atomic
+from ..plan import SolverPlan
 from . import solvers as _reference
-from .binding import cache_dir
 from .grid import KernelBound, octave_grid, octave_of, pack
 from .slots import LOG_R, SEED_SATURATED_TO, SEED_UNDECIDED_TO
 
@@ -116,27 +116,42 @@ def seed_values(module: ModuleType, kind: str, delta: float) -> tuple[np.ndarray
     return log_w, slopes
 
 
+@lru_cache(maxsize=1)
 def _source_digest() -> str:
     return hashlib.sha256("".join(inspect.getsource(part) for part in _reference.PARTS).encode()).hexdigest()[:16]
 
 
-def _path(div: Divergence, delta: float):
-    from ..derive.codegen.kernel_functions import generator_functions  # SymPy: only for a user generator's seeds
+#: Cache folder of the seed tables
+SEEDS_FOLDER = "seeds"
 
+
+def _file_name(plan: SolverPlan, delta: float) -> str:
     # keyed by the generated functions too: a table from another version of them is never read
-    functions = generator_functions(div).key()
-    key = f"{div.formula}|{delta!r}|{SEED_RANGE}|{SEED_LEVEL}|{_source_digest()}|{functions}"
-    return cache_dir().parent / "seeds" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.npz"
+    key = f"{plan.formula}|{delta!r}|{SEED_RANGE}|{SEED_LEVEL}|{_source_digest()}|{plan.seed_key}"
+    return f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.npz"
 
 
-def _read(path, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _read(name: str, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values, slopes) of the cached table ``name``, or None where it is missing or is not one (damaged)."""
+    data = read_bytes(SEEDS_FOLDER, name)
+    if data is None:
+        return None
     try:
-        with np.load(path, allow_pickle=False) as data:
-            values, slopes = data["values"], data["slopes"]
-    except (OSError, KeyError, ValueError):
+        with np.load(io.BytesIO(data), allow_pickle=False) as table:
+            values, slopes = table["values"], table["slopes"]
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
         return None
     ok = all(a.dtype == np.float64 and a.shape == (n,) for a in (values, slopes))
     return (values, slopes) if ok else None
+
+
+def _write(name: str, values: np.ndarray, slopes: np.ndarray) -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, values=values, slopes=slopes)
+    try:
+        write_atomic(SEEDS_FOLDER, name, buffer.getvalue())
+    except OSError:
+        pass  # an unwritable cache only costs the rebuild
 
 
 def saturation_band(module: ModuleType, kind: str, delta: float) -> tuple[float, float]:
@@ -167,26 +182,18 @@ def saturation_band(module: ModuleType, kind: str, delta: float) -> tuple[float,
     return lo, hi
 
 
-@lru_cache(maxsize=64)
-def seed_table(module: ModuleType, kind: str, div: Divergence, delta: float) -> KernelBound:
-    """The seed table of :func:`seed_values`, cached in memory and, for the generic solver, on disk."""
+def seed_table(module: ModuleType, plan: SolverPlan, delta: float) -> KernelBound:
+    """The seed table of :func:`seed_values` for ``plan`` with its NumPy solver ``module``; for a generic plan read
+    from (or written to) the cache on disk."""
     knots, levels = seed_knots()
-    band = saturation_band(module, kind, delta)
-    path = _path(div, delta) if kind == "generic" else None
-    cached = _read(path, len(knots)) if path is not None and path.exists() else None
+    band = saturation_band(module, plan.kind, delta)
+    name = _file_name(plan, delta) if plan.kind == "generic" else None
+    cached = _read(name, len(knots)) if name is not None else None
     if cached is not None:
         return _pack(knots, *cached, levels, band)
-    values, slopes = seed_values(module, kind, delta)
-    if path is None:
-        return _pack(knots, values, slopes, levels, band)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, values=values, slopes=slopes)
-        os.replace(tmp, path)  # atomic
-    except OSError:
-        pass  # a read-only cache only costs the rebuild
+    values, slopes = seed_values(module, plan.kind, delta)
+    if name is not None:
+        _write(name, values, slopes)
     return _pack(knots, values, slopes, levels, band)
 
 

@@ -31,7 +31,8 @@ denominator divided by :math:`e^y`,
            {\tilde f'(r) - T'(t_s)},
 
 where :math:`\Phi` and :math:`\tilde f'` are the solvers' cancellation- and overflow-free forms
-(:func:`bandcore.derive.codegen.kernel_functions.side_callables`, with a branch in :math:`1/u` for :math:`u > 2`).
+(:func:`bandcore.kernels.vectorised.generator_functions` of the generic plan, with a branch in :math:`1/u` for
+:math:`u > 2`).
 The closed form :math:`A(y)` overflows long before :math:`q\Phi(r)` does: Le Cam's
 :math:`\mathrm{expm1}(y)^2/(e^y + 1)` is infinite for :math:`y > 355` although :math:`r_{up} \approx q_0/p`
 needs :math:`y` up to 680, so a root there was found where :math:`g_f` read ``inf`` instead of :math:`\le\delta`.
@@ -133,11 +134,12 @@ class GeneratorPieces:
 @lru_cache(maxsize=64)
 def pieces(div: Divergence) -> GeneratorPieces:
     """The stable vectorised pieces of a divergence's normalised generator (cached)."""
-    from ..derive.codegen.kernel_functions import side_callables  # SymPy: only when a table is built or checked
+    from ..derive import solver_plan  # SymPy: only when a table is built or checked
     from ..derive.codegen.table_pieces import table_pieces
     from ..kernels.ops import numpy_ops
+    from ..kernels.vectorised import generator_functions
 
-    side = side_callables(div, numpy_ops)
+    side = generator_functions(solver_plan(div, generic=True), numpy_ops)
     closed = table_pieces(div)
     fallback = _solver_forms(side)
     chosen = []

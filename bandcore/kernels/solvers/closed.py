@@ -8,7 +8,7 @@ whose absolute error :math:`|\log r|\,\epsilon` becomes a relative one).
 
 from __future__ import annotations
 
-from ..ops import numpy_ops as xp  # rebound per backend by ..binding
+from ..ops import numpy_ops as xp  # rebound per backend by ..sources
 from .common import CONVERGED, LOG_P_TINY, SATURATED, finish, finish_ratio
 
 

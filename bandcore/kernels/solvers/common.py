@@ -10,7 +10,7 @@ from __future__ import annotations
 from bandcore._contract import LOG_P_TOLERANCE as TOL  # absolute: kept in every bound copy of this source
 
 from ..lookup import interpolate
-from ..ops import numpy_ops as xp  # rebound per backend by ..binding
+from ..ops import numpy_ops as xp  # rebound per backend by ..sources
 from ..slots import LEFT_END, RIGHT_END, SEED_SATURATED_TO, SEED_UNDECIDED_TO
 
 #: Below this log p, p is (near-)subnormal: r, s and q are built from logarithms.

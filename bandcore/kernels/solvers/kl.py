@@ -9,7 +9,7 @@ steps reach the oracle to ~4e-14 over log p ∈ [-1e4, 0), δ ∈ [1e-8, 10].  K
 
 from __future__ import annotations
 
-from ..ops import numpy_ops as xp  # rebound per backend by ..binding
+from ..ops import numpy_ops as xp  # rebound per backend by ..sources
 from .common import CONVERGED, LOG_P_TINY, SATURATED, _regular, finish
 
 #: Fixed number of Halley steps of the KL solver.

@@ -21,7 +21,7 @@ interleaved rounds, ``/tmp``-copy of ``scripts/ab_speed.py``): tokens the polish
 
 from __future__ import annotations
 
-from ..ops import numpy_ops as xp  # rebound per backend by ..binding
+from ..ops import numpy_ops as xp  # rebound per backend by ..sources
 from .common import CONVERGED, LOG_P_TINY, SATURATED, _mark_unseeded, _regular, finish
 from .generic import g_and_slope_of
 from .kl import _kl_finish, phi
