@@ -60,11 +60,16 @@ __all__ = ["AUTO_NUMBA_MIN_SIZE", "BoundBand", "band", "band_log", "bind", "torc
 #: "auto" on the CPU compiles the Numba kernel of a divergence for calls from this many tokens on (its first
 #: compile, seconds, pays off there; below, NumPy runs until the kernel is ready: see :func:`band_log`).
 AUTO_NUMBA_MIN_SIZE = 20_000
+_FLOAT64 = np.dtype(np.float64)
+#: the float dtypes the kernels compute in and return (others are computed and returned in float64)
+_FLOATS = frozenset({np.dtype(np.float32), _FLOAT64})
 
 
 class BoundBand:
     """The Band of one divergence and δ with its solver bound: ``bound(old_log_prob)`` is :func:`band_log` (or
     :func:`band`, with ``ratios``) without resolving, planning or binding again (made by :func:`bind`)."""
+
+    __slots__ = ("_solvers", "backend", "check", "delta", "divergence", "plan", "ratios")
 
     def __init__(self, divergence: Any, delta: float, *, backend: str = "auto", ratios: bool = False,
                  check: bool = True) -> None:  # fmt: skip
@@ -72,6 +77,7 @@ class BoundBand:
         self.backend = check_backend(backend)
         self.plan = solver_plan(self.divergence)
         self.ratios, self.check = bool(ratios), bool(check)
+        self._solvers: dict[tuple[str, str], Any] = {}  # (backend, device) -> the kernels' solver, once bound
 
     def __repr__(self) -> str:
         return (f"BoundBand({self.divergence.name!r}, delta={self.delta!r}, backend={self.backend!r}, "
@@ -84,7 +90,11 @@ class BoundBand:
 
     def solver(self, backend: str, device: str = "cpu") -> Any:
         """The kernels' solver this Band runs on ``backend`` (:func:`bandcore.kernels.backends.bind`)."""
-        return backends.bind(self.plan, self.delta, backend, device=device, ratios=self.ratios)
+        solver = self._solvers.get((backend, device))
+        if solver is None:
+            solver = self._solvers[backend, device] = backends.bind(self.plan, self.delta, backend, device=device,
+                                                                    ratios=self.ratios)  # fmt: skip
+        return solver
 
     def pick(self, size: int, dtype: Any = np.float64, accelerator: bool = False) -> str:
         """The backend a call on ``size`` tokens of ``dtype`` runs on (the rule of ``backend="auto"``:
@@ -93,14 +103,15 @@ class BoundBand:
             return self.backend
         if accelerator:
             return "torch"
-        dtype = np.dtype(dtype) if np.dtype(dtype) in (np.float32, np.float64) else np.dtype(np.float64)
+        dtype = np.dtype(dtype)
+        dtype = dtype if dtype in _FLOATS else _FLOAT64
         if size >= AUTO_NUMBA_MIN_SIZE or backends.numba_ready(self.plan, self.ratios, dtype, size):
             return "numba"
         return "numpy"
 
     def _array(self, x: np.ndarray, backend: str | None = None) -> tuple:
         """(lower, upper, status) of an ndarray, outputs in the input's float dtype."""
-        dtype = x.dtype if x.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+        dtype = x.dtype if x.dtype in _FLOATS else _FLOAT64
         backend = backend or self.pick(x.size, dtype)
         if backend == "torch":
             import torch
@@ -108,17 +119,20 @@ class BoundBand:
             lp = np.asarray(x, dtype=np.float64)
             self._check_above(lp)
             lower, upper, status, _ = self.solver("torch")(torch.from_numpy(lp.reshape(-1)))
-            result = (lower.numpy().astype(dtype), upper.numpy().astype(dtype), status.numpy())
+            lower, upper, status = lower.numpy().astype(dtype), upper.numpy().astype(dtype), status.numpy()
         elif backend == "numba" and x.size:
-            flat = np.ascontiguousarray(x.astype(dtype, copy=False)).reshape(-1)
-            *result, above = self.solver("numba")(flat)
+            flat = np.ascontiguousarray(x, dtype=dtype).reshape(-1)
+            lower, upper, status, above = self.solver("numba")(flat)
             if above:
                 self._check_above(flat)
         else:
-            *result, above = self.solver("numpy")(x.reshape(-1))
+            lower, upper, status, above = self.solver("numpy")(x.reshape(-1))
             if above:
                 self._check_above(x)
-        return tuple(value.reshape(x.shape) for value in result)
+        if x.ndim == 1:
+            return lower, upper, status
+        shape = x.shape
+        return lower.reshape(shape), upper.reshape(shape), status.reshape(shape)
 
     def _check_above(self, x: Any) -> None:
         if self.check:

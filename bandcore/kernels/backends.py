@@ -51,10 +51,11 @@ class PlanCache:
 
     def get(self, key: tuple, make: Callable[[], Any]) -> Any:
         """The entry of ``key``, made by ``make()`` (outside the lock) when missing."""
-        with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)
-                return self._entries[key]
+        try:  # a hit takes no lock: each of these two steps is one operation of the dict (atomic)
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        except KeyError:
+            pass  # missing (or evicted between the two steps)
         value = make()
         with self._lock:
             value = self._entries.setdefault(key, value)
@@ -78,9 +79,8 @@ CACHE = PlanCache(512)
 def bind(plan: SolverPlan, delta: float, backend: str, *, device: str = "cpu", ratios: bool = False) -> Any:
     """The solver of ``plan`` at ``delta`` on ``backend`` ("numpy", "numba" or "torch"; torch on ``device``): log
     bounds, or with ``ratios`` the ratio bounds (cached: :data:`CACHE`)."""
-    delta = float(delta)
     key = ("solver", plan.key, delta, backend, device if backend == "torch" else "cpu", ratios)
-    return CACHE.get(key, lambda: _make(plan, delta, backend, device, ratios))
+    return CACHE.get(key, lambda: _make(plan, float(delta), backend, device, ratios))
 
 
 def _make(plan: SolverPlan, delta: float, backend: str, device: str, ratios: bool) -> Any:

@@ -79,7 +79,8 @@ class CompiledSolver:
         self._source = plan_source(plan)
         self.module = sources.load_generated(self._source, _prefix(plan))
         self._name = "band_kernel_ratio" if ratios else "band_kernel_log"
-        self._checked: set[tuple] = set()  # (dtype, out dtype, serial) whose first call went through
+        #: (dtype, out dtype, serial) -> the kernel, once its first call went through
+        self._checked: dict[tuple, Any] = {}
 
     def __call__(self, flat: np.ndarray, out_dtype: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         dtype = flat.dtype if out_dtype is None else np.dtype(out_dtype)
@@ -87,16 +88,23 @@ class CompiledSolver:
         upper = np.empty(flat.shape, dtype=dtype)
         status = np.empty(flat.shape, dtype=np.int8)
         serial = flat.size <= SERIAL_MAX
+        kernel = self._checked.get((flat.dtype, dtype, serial))
+        if kernel is not None:
+            above = kernel(flat, self.delta, self.at_one, lower, upper, status, self.seed)
+        else:
+            above = self._first_call(flat, dtype, serial, lower, upper, status)
+        return lower, upper, status, int(above)
+
+    def _first_call(self, flat, dtype, serial: bool, lower, upper, status) -> int:
+        """The first call of a kernel: the module as loaded now (another solver may have rebuilt it), the call
+        guarded (:func:`.sources.call_generated`)."""
         name = self._name + "_serial" if serial else self._name
 
         def call(module: ModuleType) -> int:
             return getattr(module, name)(flat, self.delta, self.at_one, lower, upper, status, self.seed)
 
-        if (flat.dtype, dtype, serial) in self._checked:
-            above = call(self.module)
-        else:  # the module as loaded now (another solver may have rebuilt it), its first call guarded
-            module = sources.load_generated(self._source, _prefix(self.plan))
-            kernel = signature(self.ratios, flat.dtype, dtype, flat.size)
-            self.module, above = sources.call_generated(module, self._source, _prefix(self.plan), kernel, call)
-            self._checked.add((flat.dtype, dtype, serial))
-        return lower, upper, status, int(above)
+        module = sources.load_generated(self._source, _prefix(self.plan))
+        kernel = signature(self.ratios, flat.dtype, dtype, flat.size)
+        self.module, above = sources.call_generated(module, self._source, _prefix(self.plan), kernel, call)
+        self._checked[(flat.dtype, dtype, serial)] = getattr(self.module, name)
+        return above
