@@ -21,13 +21,8 @@ __all__ = ["CHUNKS", "TABLE_BLOCK", "lookup_module", "run_lookup", "run_lookup_t
 # The table kernel (:func:`lookup_module`) runs :mod:`.lookup`'s steps (its docstring) with the fast ops
 # (:mod:`.numba_fast_ops`) and every select computed: per run of blocks (one buffer allocation), per block of
 # BLOCK tokens, per bound, a vectorised loop for the cells' variables and octaves, a scalar loop for the gathers,
-# a vectorised loop per kind (chosen once per block) for the transform, then the few pending tokens.  Measured
-# (wall ns/token for both bounds, 1 thread, 500k / 10k float32 tokens of the llm and mid inputs, medians of 7
-# interleaved rounds against the previous one-loop kernel with libm, on a shared 2-core machine):
-# kl 12/8.4 (was 28/20), neyman 10-12/8.7 (20/12), tv 12/9.2 (43-48/24), hellinger 12-18/11 (47-49/25),
-# js 18-19/11-12 (65-78/42-48), reverse_kl 19/12 (70-76/44-48); a copy pass (read float32, write two float32)
-# 0.2 ns/token.  In-process CPU time, 500k: kl 7.2, neyman 6.0, tv 8.1, hellinger 8.1, js 9.4-11.1,
-# reverse_kl 10.4-10.8.  ``python scripts/ab_lookup.py <main tree> . --reps 7 --sizes 500000 10000 --copy``
+# a vectorised loop per kind (chosen once per block) for the transform, then the few pending tokens (two to four
+# times faster than one loop with libm: ``docs/kernel_measurements.md``).
 
 #: One bound on a block of tokens, in three loops: the variable of each token's cell and its octave
 #: (vectorised); the cells' gathers (a scalar loop: LLVM does not vectorise gathers; unsigned indices, so that
@@ -108,7 +103,7 @@ def table_store(Ls, fm, im, y, o, k, out):
         out[j] = value
 '''
 #: The blocks [first, last) of tokens, through views of each block (as :data:`_BLOCK`), with buffers allocated once
-#: for them all (an allocation per block cost ~0.5 ns/token): the lower bound, the upper bound (sharing the
+#: for them all (an allocation per block was measurable): the lower bound, the upper bound (sharing the
 #: buffers), each stored (as its exp with ``ratios``: ratio bounds) with log p above ``tol`` as NaN, then the
 #: count of those.
 _TABLE_BLOCKS = '''
@@ -162,10 +157,8 @@ def table_kernel{suffix}(log_p, lower, upper, tol, ratios, out_lo, out_up):
 #: Runs of blocks per call of a table kernel (:data:`_TABLE_DRIVER`).
 CHUNKS = 64
 #: Tokens per block of the table kernel (``BLOCK`` in its source; its buffers: 40 KB).  Each block and bound
-#: costs a few calls and loop remainders, so larger blocks than the solvers' pay at 10k tokens: 1 thread, CPU
-#: time of ``log()``, median of 7 interleaved rounds (``scripts/ab_lookup.py``), 256 -> 1024: js 12.0 -> 10.5
-#: ns/token on 10k mid tokens, reverse_kl 11.5 -> 10.2, kl 8.0 -> 7.6; at 500k js 10.8 -> 10.1, kl 6.7 -> 6.9;
-#: 1024 against 512: 1.03-1.08x at 10k.
+#: costs a few calls and loop remainders, so larger blocks than the solvers' pay at 10k tokens
+#: (``docs/kernel_measurements.md``).
 TABLE_BLOCK = 1024
 
 

@@ -28,8 +28,8 @@ Rules of the rewriting (each one for a numerical reason):
 * Expressions of the form :math:`x^k R(u)` with :math:`R(1) \ne 0` cannot cancel near :math:`u = 1`
   and get no Taylor branch.
 * Last, a power :math:`u^a` whose exponent is neither an integer nor :math:`\pm 1/2` becomes :math:`e^{aL}`
-  (:math:`t^a` becomes :math:`e^{-aL}`): a ``pow`` call keeps the Numba loops from vectorising (α = 0.7:
-  560 -> 150–190 ns per token on one thread), and the logarithm is already at hand.
+  (:math:`t^a` becomes :math:`e^{-aL}`): a ``pow`` call keeps the Numba loops from vectorising (α = 0.7 ran about
+  three times slower: ``docs/kernel_measurements.md``), and the logarithm is already at hand.
 """
 
 from __future__ import annotations
