@@ -31,6 +31,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "VerificationReport": ("bandcore.verify", "VerificationReport"),
     "band": ("bandcore.band", "band"),
     "band_log": ("bandcore.band", "band_log"),
+    "bind": ("bandcore.band", "bind"),
     "derive": ("bandcore.derive", "derive"),
     "get_divergence": ("bandcore.divergences", "get_divergence"),
     "list_divergences": ("bandcore.divergences", "list_divergences"),

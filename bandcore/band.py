@@ -49,64 +49,129 @@ import numpy as np
 
 from ._contract import (
     LOG_P_TOLERANCE,
-    Status,
     above_tolerance_error,
     check_backend,
     check_log_prob_array,
     is_torch_tensor,
 )
+from .derive import solver_plan
 from .divergences import Divergence, resolve_region
 from .kernels import backends
 
-__all__ = ["AUTO_NUMBA_MIN_SIZE", "band", "band_log", "torch_function"]
+__all__ = ["AUTO_NUMBA_MIN_SIZE", "BoundBand", "band", "band_log", "bind", "torch_function"]
 
-#: "auto": tensors on an accelerator -> "torch"; NumPy arrays and CPU tensors -> "numba" from this many tokens
-#: on, "numpy" below.  Once compiled, Numba is the faster at every size (10 KL tokens: 15 µs against 274 µs), but
-#: its first call for a divergence compiles for seconds, which a few small calls never earn back.
+#: "auto" on the CPU compiles the Numba kernel of a divergence for calls from this many tokens on (its first
+#: compile, seconds, pays off there; below, NumPy runs until the kernel is ready: see :func:`band_log`).
 AUTO_NUMBA_MIN_SIZE = 20_000
-
-#: Tokens per torch chunk: the solver keeps a few dozen chunk-sized float64 temporaries alive, so chunking
-#: bounds its memory by a constant; on an accelerator the chunk stays large enough to amortise launches.
-TORCH_CHUNK = {"cpu": 1 << 16}
-TORCH_CHUNK_ACCELERATOR = 1 << 22
+_FLOAT64 = np.dtype(np.float64)
+#: the float dtypes the kernels compute in and return (others are computed and returned in float64)
+_FLOATS = frozenset({np.dtype(np.float32), _FLOAT64})
 
 
-def _pick(backend: str, on_accelerator: bool, size: int) -> str:
-    if backend != "auto":
-        return backend
-    if on_accelerator:
-        return "torch"
-    return "numba" if size >= AUTO_NUMBA_MIN_SIZE else "numpy"
+class BoundBand:
+    """The Band of one divergence and δ with its solver bound: ``bound(old_log_prob)`` is :func:`band_log` (or
+    :func:`band`, with ``ratios``) without resolving, planning or binding again (made by :func:`bind`)."""
 
+    __slots__ = ("_solvers", "backend", "check", "delta", "divergence", "plan", "ratios")
 
-def _numpy_bounds(x: np.ndarray, div: Divergence, delta: float, backend: str, check: bool, ratios: bool):
-    """(lower, upper, status) for an ndarray, outputs in the input's float dtype."""
-    dtype = x.dtype if x.dtype in (np.float32, np.float64) else np.dtype(np.float64)
-    if backend == "numba" and x.size:
-        lower, upper, status, above = backends.run_numba(div, x.astype(dtype, copy=False), delta, ratios=ratios)
-        if check and above:
+    def __init__(self, divergence: Any, delta: float, *, backend: str = "auto", ratios: bool = False,
+                 check: bool = True) -> None:  # fmt: skip
+        self.divergence, self.delta = resolve_region(divergence, delta)  # a transform's radius is mapped here, once
+        self.backend = check_backend(backend)
+        self.plan = solver_plan(self.divergence)
+        self.ratios, self.check = bool(ratios), bool(check)
+        self._solvers: dict[tuple[str, str], Any] = {}  # (backend, device) -> the kernels' solver, once bound
+
+    def __repr__(self) -> str:
+        return (f"BoundBand({self.divergence.name!r}, delta={self.delta!r}, backend={self.backend!r}, "
+                f"ratios={self.ratios})")
+
+    def __call__(self, old_log_prob: Any, *, return_status: bool = False) -> tuple[Any, ...]:
+        x = check_log_prob_array(old_log_prob)
+        result = self._tensor(x) if is_torch_tensor(x) else self._array(x)
+        return result if return_status else result[:2]
+
+    def solver(self, backend: str, device: str = "cpu") -> Any:
+        """The kernels' solver this Band runs on ``backend`` (:func:`bandcore.kernels.backends.bind`)."""
+        solver = self._solvers.get((backend, device))
+        if solver is None:
+            solver = self._solvers[backend, device] = backends.bind(self.plan, self.delta, backend, device=device,
+                                                                    ratios=self.ratios)  # fmt: skip
+        return solver
+
+    def pick(self, size: int, dtype: Any = np.float64, accelerator: bool = False) -> str:
+        """The backend a call on ``size`` tokens of ``dtype`` runs on (the rule of ``backend="auto"``:
+        :func:`band_log`)."""
+        if self.backend != "auto":
+            return self.backend
+        if accelerator:
+            return "torch"
+        dtype = np.dtype(dtype)
+        dtype = dtype if dtype in _FLOATS else _FLOAT64
+        if size >= AUTO_NUMBA_MIN_SIZE or backends.numba_ready(self.plan, self.ratios, dtype, size):
+            return "numba"
+        return "numpy"
+
+    def _array(self, x: np.ndarray, backend: str | None = None) -> tuple:
+        """(lower, upper, status) of an ndarray, outputs in the input's float dtype."""
+        dtype = x.dtype if x.dtype in _FLOATS else _FLOAT64
+        backend = backend or self.pick(x.size, dtype)
+        if backend == "torch":
+            import torch
+
+            lp = np.asarray(x, dtype=np.float64)
+            self._check_above(lp)
+            lower, upper, status, _ = self.solver("torch")(torch.from_numpy(lp.reshape(-1)))
+            lower, upper, status = lower.numpy().astype(dtype), upper.numpy().astype(dtype), status.numpy()
+        elif backend == "numba" and x.size:
+            flat = np.ascontiguousarray(x, dtype=dtype).reshape(-1)
+            lower, upper, status, above = self.solver("numba")(flat)
+            if above:
+                self._check_above(flat)
+        else:
+            lower, upper, status, above = self.solver("numpy")(x.reshape(-1))
+            if above:
+                self._check_above(x)
+        if x.ndim == 1:
+            return lower, upper, status
+        shape = x.shape
+        return lower.reshape(shape), upper.reshape(shape), status.reshape(shape)
+
+    def _check_above(self, x: Any) -> None:
+        if self.check:
             bad = x[x > LOG_P_TOLERANCE]
-            raise above_tolerance_error(bad.size, float(bad.flat[0]))
-        return lower, upper, status
-    lp = np.asarray(x, dtype=np.float64)
-    above = lp > LOG_P_TOLERANCE
-    if check and above.any():
-        raise above_tolerance_error(int(above.sum()), float(lp[above].flat[0]))
-    lp = np.where((lp > 0) & ~above, 0.0, lp)
-    if backend == "torch":
+            if bad.size:
+                raise above_tolerance_error(int(bad.size), float(bad.reshape(-1)[0]))
+
+    def _tensor(self, x: Any) -> tuple:
         import torch
 
-        lower, upper, status = _torch_bounds(torch.from_numpy(lp), div, delta, ratios)
-        return lower.numpy().astype(dtype), upper.numpy().astype(dtype), status.numpy()
-    with np.errstate(all="ignore"):
-        solve = backends.solve_ratio_arrays if ratios else backends.solve_arrays
-        lower, upper, status = solve(
-            backends.solver_module("numpy", div), backends.solver_kind(div), lp.reshape(-1), delta,
-            backends.lower_at_one(div, delta), backends.seed(div, delta).numpy_arrays(),
-        )
-    shape = lp.shape
-    return (np.asarray(lower, dtype=dtype).reshape(shape), np.asarray(upper, dtype=dtype).reshape(shape),
-            np.asarray(status, dtype=np.int8).reshape(shape))
+        with torch.no_grad():
+            lp = x.detach().to(torch.float64)
+            if self.check:  # one host synchronisation, at the boundary only (check=False avoids it)
+                above = lp > LOG_P_TOLERANCE
+                if bool(above.any()):
+                    raise above_tolerance_error(int(above.sum()), float(lp[above][0]))
+            backend = self.pick(x.numel(), np.float64, accelerator=x.device.type != "cpu")
+            if backend == "torch":
+                lower, upper, status, _ = self.solver("torch", str(lp.device))(lp.reshape(-1))
+                lower, upper, status = (v.reshape(lp.shape) for v in (lower, upper, status))
+            else:
+                result = self._array(lp.cpu().numpy(), backend)
+                lower, upper, status = (torch.from_numpy(v).to(x.device) for v in result)
+            return lower.to(x.dtype), upper.to(x.dtype), status
+
+
+def bind(divergence: str | Divergence = "kl", delta: float = 0.05, *, backend: str = "auto", log: bool = True,
+         check: bool = True) -> BoundBand:
+    r"""The Band of ``divergence`` at ``delta``, resolved, planned and bound once: a callable
+    ``bound(old_log_prob, *, return_status=False)`` that returns what :func:`band_log` (``log=True``) or
+    :func:`band` (``log=False``) would for the same arguments, without doing that work again on each call.
+
+    A trainer makes it at start-up and calls it every step.  Arguments as :func:`band_log`; ``backend`` one of
+    :data:`bandcore._contract.BACKENDS`.
+    """
+    return BoundBand(divergence, delta, backend=backend, ratios=not log, check=check)
 
 
 def torch_function(divergence: Any, delta: float, device: Any = "cpu"):
@@ -119,99 +184,16 @@ def torch_function(divergence: Any, delta: float, device: Any = "cpu"):
     costs no synchronisation) it runs only on the tokens the seeded pass left, and stops once they converge.
     Input conventions as :func:`band_log` with ``check=False`` (values in (0, tol] must already be clamped to 0).
     """
-    solve = _torch_solver(*resolve_region(divergence, delta), device)
+    import torch
+
+    bound = BoundBand(divergence, delta, backend="torch")
+    solve = bound.solver("torch", str(torch.device(device))).pure
 
     def kernel(old_log_prob):
         lower, upper, status = solve(old_log_prob.reshape(-1))
         return lower.reshape(old_log_prob.shape), upper.reshape(old_log_prob.shape), status.reshape(old_log_prob.shape)
 
     return kernel
-
-
-def _torch_solver(div: Divergence, delta: float, device: Any, ratios: bool = False):
-    """``solve(flat_lp, fallback=True)``: :func:`backends.solve_arrays` bound to (div, δ) and ``device``; with
-    ``ratios``, :func:`backends.solve_ratio_arrays` (for a kind with a ratio form: :func:`backends.has_ratio_form`)."""
-    import torch
-
-    module, kind = backends.solver_module("torch", div), backends.solver_kind(div)
-    at_one = backends.lower_at_one(div, delta)
-    seed = backends.torch_seed(div, delta, str(torch.device(device)))
-
-    def solve(flat, fallback=True):
-        if ratios:
-            return backends.solve_ratio_arrays(module, kind, flat, delta, at_one, seed)
-        return backends.solve_arrays(module, kind, flat, delta, at_one, seed, fallback=fallback)
-
-    return solve
-
-
-def _torch_bounds(lp, div: Divergence, delta: float, ratios: bool):
-    """(lower, upper, status) in float64 / int8 on lp's device, solved in chunks (no host synchronisation).
-
-    Where selecting tokens is free (the CPU), the chunks run the seeded pass only and the safeguarded solver
-    then runs once on every token it left (:func:`_solve_left_numba`), so its iteration overhead is paid once
-    per call, not per chunk."""
-    import torch
-
-    direct = ratios and backends.has_ratio_form(div)  # the ratios themselves (TV, Pearson)
-    solve = _torch_solver(div, delta, lp.device, ratios=direct)
-    chunk = TORCH_CHUNK.get(lp.device.type, TORCH_CHUNK_ACCELERATOR)
-    flat = lp.reshape(-1)
-    later = backends.can_select(flat) and not direct
-    lower = torch.empty(flat.shape, dtype=torch.float64, device=flat.device)
-    upper = torch.empty_like(lower)
-    status = torch.empty(flat.shape, dtype=torch.int8, device=flat.device)
-    for start in range(0, flat.numel(), chunk):  # a loop over chunks, never over tokens
-        part = slice(start, start + chunk)
-        lower[part], upper[part], status[part] = solve(flat[part], fallback=not later)
-    if later:
-        redo = (status == int(Status.NOT_CONVERGED)).nonzero().reshape(-1)
-        for start in range(0, redo.numel(), chunk):
-            index = redo[start : start + chunk]
-            lo, up, st = (torch.from_numpy(v) for v in _solve_left_numba(div, delta, flat[index].numpy()))
-            lower[index], upper[index], status[index] = lo, up, st.to(torch.int8)
-    if ratios and not direct:
-        lower, upper = lower.exp(), upper.exp()
-    return lower.reshape(lp.shape), upper.reshape(lp.shape), status.reshape(lp.shape)
-
-
-def _solve_left_numba(div: Divergence, delta: float, lp: np.ndarray) -> tuple:
-    """The tokens of a CPU tensor that the seeded pass left (next to a saturation threshold, or without a seed),
-    solved again by the compiled (Numba) binding of the same solver: seeded pass, refined passes, safeguarded
-    solver.  Its iterations cost microseconds where NumPy's cost ~0.2 ms (per-operation overhead on a few
-    hundred tokens): 10k mid tokens, 1 thread, tokens left: js 4.75 -> 0.05 ms, alpha(0.7) 6.5 -> 0.05 ms."""
-    lower, upper, status, _ = backends.run_numba(div, lp, delta)
-    return lower, upper, status
-
-
-def _tensor_bounds(x, div: Divergence, delta: float, backend: str, check: bool, ratios: bool):
-    import torch
-
-    with torch.no_grad():
-        lp = x.detach().to(torch.float64)
-        if check:  # one host synchronisation, at the boundary only (check=False avoids it)
-            above = lp > LOG_P_TOLERANCE
-            if bool(above.any()):
-                raise above_tolerance_error(int(above.sum()), float(lp[above][0]))
-        if backend == "torch":
-            lp = torch.where((lp > 0) & (lp <= LOG_P_TOLERANCE), 0.0, lp)
-            lower, upper, status = _torch_bounds(lp, div, delta, ratios)
-        else:
-            lower, upper, status = _numpy_bounds(lp.cpu().numpy(), div, delta, backend, False, ratios)
-            lower, upper, status = (torch.from_numpy(v).to(x.device) for v in (lower, upper, status))
-        return lower.to(x.dtype), upper.to(x.dtype), status
-
-
-def _compute(old_log_prob, divergence, delta, backend, check, ratios, return_status):
-    div, delta = resolve_region(divergence, delta)  # a transform's radius is mapped here, once
-    backend = check_backend(backend)
-    x = check_log_prob_array(old_log_prob)
-    if is_torch_tensor(x):
-        backend = _pick(backend, x.device.type != "cpu", x.numel())
-        result = _tensor_bounds(x, div, delta, backend, check, ratios)
-    else:
-        result = _numpy_bounds(x, div, delta, _pick(backend, False, x.size), check, ratios)
-    return result if return_status else result[:2]
 
 
 def band_log(
@@ -239,11 +221,14 @@ def band_log(
         Trust-region radius :math:`\delta`, finite, :math:`0 < \delta \le 1000` (for a transform: its mapped
         radius at most 1000).
     backend : {"auto", "numpy", "numba", "torch"}
-        Which binding of the one solver; all meet the same contract.  "auto" picks torch for tensors on an
-        accelerator, and for NumPy arrays and CPU tensors Numba from :data:`AUTO_NUMBA_MIN_SIZE` tokens on,
-        NumPy below (the first Numba call of a divergence compiles its kernel, cached on disk).  "torch" on a
-        CPU tensor runs the seeded pass in torch ops and solves the few tokens it leaves (next to a saturation
-        threshold: ~1-3 %) with the Numba binding, which compiles on its first call as "numba" does.
+        Which binding of the one solver; all meet the same contract.  "auto" picks the fastest binding whose
+        kernel is ready: torch for tensors on an accelerator; for NumPy arrays and CPU tensors Numba when its
+        kernel for this divergence, output, dtype and size class (serial or parallel driver) has run in this
+        process or is in the cache on disk (its machine code is then loaded, not compiled), else Numba from
+        :data:`AUTO_NUMBA_MIN_SIZE` tokens on (where its one compile, cached on disk, pays off) and NumPy below.
+        So a small call never waits for a compile, and is fast once a kernel is ready.  "torch" on a CPU tensor
+        runs the seeded pass in torch ops and solves the few tokens it leaves (next to a saturation threshold:
+        ~1-3 %) with the Numba binding, which compiles on its first call as "numba" does.
     check : bool
         Raise :class:`ValueError` for :math:`\log p > 10^{-6}` (a torch input then costs one host
         synchronisation); with ``False`` such entries give NaN and status ``INVALID_INPUT``.
@@ -257,7 +242,7 @@ def band_log(
         :math:`\log r_{lo} \le 0 \le \log r_{up}`, ``-inf`` for a saturated lower bound and exactly
         ``-old_log_prob`` for a saturated upper one.  See the module docstring for the full contract.
     """
-    return _compute(old_log_prob, divergence, delta, backend, check, False, return_status)
+    return BoundBand(divergence, delta, backend=backend, check=check)(old_log_prob, return_status=return_status)
 
 
 def band(
@@ -277,5 +262,6 @@ def band(
     :math:`1/p` (``exp(-old_log_prob)``).  The KL lower bound underflows to 0 for :math:`\delta \gg p` (it is about
     :math:`e^{-1-\delta/p}`): use :func:`band_log` when that matters.
     """
-    return _compute(old_log_prob, divergence, delta, backend, check, True, return_status)
+    return BoundBand(divergence, delta, backend=backend, ratios=True, check=check)(old_log_prob,
+                                                                                 return_status=return_status)
 

@@ -9,7 +9,7 @@ Band is an interval :math:`[r_{lo}, r_{up}] \ni 1`.  This module finds both ends
 :math:`y = \log r` at ``dps`` decimal digits (default 50), with the saturated ends decided exactly:
 :math:`r_{up} = 1/p` iff :math:`g_f(p, 1/p) \le \delta`, :math:`r_{lo} = 0` iff :math:`g_f(p, 0) \le \delta`.
 
-:math:`g_f` is the one mpmath implementation of :mod:`bandcore.derive.mpmath_g` (re-exported here as
+:math:`g_f` is the one mpmath implementation of :mod:`bandcore.derive.generator_facts.mpmath_g` (re-exported here as
 :func:`g_mp`).  At :math:`p = 1` it uses the perspective convention :math:`0\cdot f(x/0) = x \lim_{u\to\infty}
 f(u)/u`, which makes every bound continuous as :math:`p \to 1` (e.g. KL: :math:`[e^{-\delta}, 1]`).
 
@@ -24,7 +24,7 @@ from typing import Any
 import mpmath as mp
 import numpy as np
 
-from .derive.mpmath_g import g_mp, mp_generator
+from .derive.generator_facts.mpmath_g import g_mp, mp_generator
 from .divergences import Divergence, resolve
 
 __all__ = ["band_log_mp", "g_mp", "reference_band_log"]

@@ -53,9 +53,9 @@ def is_catalogue(divergence: str) -> bool:
 
 def solver_of(divergence: str) -> str:
     """Which exact solver runs ``divergence``: "kl", "tv", "pearson" (dedicated) or "generic"."""
-    from bandcore.kernels.backends import solver_kind  # a user generator's facts need SymPy: only when asked
+    from bandcore.derive import solver_plan  # a user generator's plan needs SymPy (once; then it is on disk)
 
-    return solver_kind(resolve(divergence))
+    return solver_plan(resolve(divergence)).kind
 
 
 def nearest_in_cost(count: int, catalogue: Mapping[str, tuple[int, float]]) -> str | None:

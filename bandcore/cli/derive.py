@@ -198,7 +198,7 @@ def _verified_line(div: Any, progress: bool | None = None) -> str | None:
 
 def _derivations_command(args: argparse.Namespace) -> int:
     from .._contract import BandcoreError
-    from ..derive.files import (
+    from ..derive.closed_forms.files import (
         check_directory,
         packaged_directory,
         packaged_reports,

@@ -9,23 +9,14 @@ For a token with old probability :math:`p` and ratio :math:`r = \pi/\pi_{old}` t
 whose two roots around :math:`r = 1` are the Band :math:`[r_{lo}, r_{up}]` (or the simplex edges :math:`0` and
 :math:`1/p` when a side saturates).  ``derive(divergence)`` returns a :class:`Derivation`.
 
-This subpackage is the only code in bandcore that imports SymPy.  One module per job:
+This subpackage is the only code in bandcore that imports SymPy.  Its modules fall into three groups, one
+subpackage each (the two upper ones import only the first):
 
-* :mod:`.symbolic` — the grammar → SymPy bridge and the exact facts of a generator (:func:`facts`);
-* :mod:`.branches` — the branch of a piecewise generator active near 0⁺, 1∓, ∞, and numeric facts where
-  SymPy fails;
-* :mod:`.budget` — time budgets for every SymPy call (any thread);
-* :mod:`.reduction` — :math:`g_f` symbolically, per side of :math:`u = 1`;
-* :mod:`.roots` — closed-form candidate roots by calls that cannot run away;
-* :mod:`.mpmath_g` — the one high-precision :math:`g_f` (used by the validation, :mod:`bandcore.oracle` and
-  :mod:`bandcore.verify`);
-* :mod:`.validate` — candidates checked against bracketed roots;
-* :mod:`.cells` — piecewise closed forms for generators that switch branch away from :math:`u = 1`;
-* :mod:`.saturation`, :mod:`.limits` — thresholds, limits at :math:`p \to 0, 1`, the small-δ series;
-* :mod:`.derivation` — :func:`derive` and :class:`Derivation`;
-* :mod:`.report`, :mod:`.files` — Markdown/text reports and the packaged report files;
-* :mod:`.dcp_plan` — the generator as a sum of disciplined-convex atoms (for :mod:`bandcore.verify`);
-* :mod:`.kernel_functions`, :mod:`.table_pieces` — numeric functions generated for the solvers and tables.
+* :mod:`.generator_facts` — the facts of a generator: the grammar → SymPy bridge, piecewise branches, time budgets and
+  the one 50-digit :math:`g_f`;
+* :mod:`.closed_forms` — the closed-form Band (reduction, roots, validation, cells, saturation, limits, series),
+  :func:`derive` and its reports;
+* :mod:`.codegen` — what other layers run: the solver functions, the tables' pieces and the DCP rewriting.
 
 The names below are bound lazily (PEP 562), so importing one submodule does not load the others.
 """
@@ -36,13 +27,14 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .derivation import Derivation, catalogue, derive
-    from .files import packaged_reports, render_derivations, write_derivations
-    from .limits import series_coefficients
-    from .mpmath_g import g_mp
-    from .reduction import DELTA, P, Q, R
-    from .saturation import Saturation
-    from .symbolic import Facts, U, facts
+    from .closed_forms.derivation import Derivation, catalogue, derive
+    from .closed_forms.files import packaged_reports, render_derivations, write_derivations
+    from .closed_forms.limits import series_coefficients
+    from .closed_forms.reduction import DELTA, P, Q, R
+    from .closed_forms.saturation import Saturation
+    from .codegen.plans import build_plan, solver_plan
+    from .generator_facts.mpmath_g import g_mp
+    from .generator_facts.symbolic import Facts, U, facts
 
 __all__ = [
     "DELTA",
@@ -53,6 +45,7 @@ __all__ = [
     "R",
     "Saturation",
     "U",
+    "build_plan",
     "catalogue",
     "derive",
     "facts",
@@ -60,6 +53,7 @@ __all__ = [
     "packaged_reports",
     "render_derivations",
     "series_coefficients",
+    "solver_plan",
     "write_derivations",
 ]
 
@@ -80,24 +74,28 @@ _HOME = {
     "U": "symbolic",
     "Facts": "symbolic",
     "facts": "symbolic",
+    "build_plan": "plans",
+    "solver_plan": "plans",
 }
 
 
 def _module(home: str) -> ModuleType:
     if home == "derivation":
-        from . import derivation as module
+        from .closed_forms import derivation as module
     elif home == "files":
-        from . import files as module
+        from .closed_forms import files as module
     elif home == "limits":
-        from . import limits as module
+        from .closed_forms import limits as module
     elif home == "mpmath_g":
-        from . import mpmath_g as module
+        from .generator_facts import mpmath_g as module
     elif home == "reduction":
-        from . import reduction as module
+        from .closed_forms import reduction as module
     elif home == "saturation":
-        from . import saturation as module
+        from .closed_forms import saturation as module
+    elif home == "plans":
+        from .codegen import plans as module
     else:
-        from . import symbolic as module
+        from .generator_facts import symbolic as module
     return module
 
 

@@ -1,6 +1,6 @@
 r"""The Numba drivers: templates of the generated module's loops around the one solver source (:mod:`.solvers`),
 and the generated source itself (:func:`numba_source`; the table lookup's are in :mod:`.lookup_drivers`).
-:mod:`.backends` compiles and calls them.
+:mod:`.compiled` compiles and calls them.
 
 A driver cuts the tokens into blocks of :data:`BLOCK` and runs the blocks in parallel (serially up to
 :data:`SERIAL_MAX` tokens): the closed forms in one branch-free loop; the seeded kinds gather their seeds in one
@@ -8,8 +8,8 @@ loop and run the polished pass (:data:`.solvers.common.POLISHED`) in a vectorise
 refined pass (:data:`.solvers.common.REFINED`), the block then compacts the tokens the polished pass marked
 NOT_CONVERGED and runs it on them in a vectorised loop (:data:`_REFINE_FUNCTION`), up to ``REFINE_PASSES``
 times; the driver's last loop runs the safeguarded solver (:data:`.solvers.common.ENTRY_POINTS`) on what is
-still NOT_CONVERGED.  (Run per token in the driver's last loop, the refined pass cost js ~1.1 µs per token it
-touched, 30 of 127 ns/token on mid tokens; vectorised in the block, ~2 of 55.)
+still NOT_CONVERGED (vectorised in the block, the refined pass costs a fraction of what it cost per token in
+the last loop).  The measurements behind these choices and the constants below are in ``docs/kernel_measurements.md``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import textwrap
 
 from .._contract import LOG_P_TOLERANCE
 from . import lookup, solvers
-from .binding import generated_source
-from .grid import FM_SIZE, IM_SIZE
+from .slots import FM_SIZE, IM_SIZE
 from .solvers import common as _registry
+from .sources import generated_source
 
 __all__ = ["BLOCK", "OUTPUTS", "SERIAL_MAX", "by_value_source", "numba_source", "serial_and_parallel"]
 
@@ -142,7 +142,7 @@ def band_kernel{output}{suffix}(old_log_prob, delta, lower_at_one, lower, upper,
 
 
 def by_value_source() -> str:
-    """``by_value(bound)``: a table bound's ``fm``/``im`` arrays as tuples (see :data:`.grid.FM_SIZE`; Numba's
+    """``by_value(bound)``: a table bound's ``fm``/``im`` arrays as tuples (see :data:`.slots.FM_SIZE`; Numba's
     parallel loops take no tuples of numbers as arguments, so the blocks make them)."""
     fm = ", ".join(f"fm[{i}]" for i in range(FM_SIZE))
     im = ", ".join(f"im[{i}]" for i in range(IM_SIZE))
@@ -158,16 +158,14 @@ def by_value(bound):
 #: Tokens per block of the seeded kinds (its seed buffers stay in L1).
 BLOCK = 256
 #: Tokens per block of the closed forms, which keep no buffers: each block costs a call and its loop's
-#: remainder, so larger blocks save ~0.3 ns/token (TV, 10k tokens, 1 thread) while 10k tokens still make 10
-#: blocks for the threads.
+#: remainder, so larger blocks save time while 10k tokens still make 10 blocks for the threads.
 CLOSED_BLOCK = 1024
 #: How a block reads a token: the seeded kinds clamp (0, TOL] to 0 (the seeds are read at -log p); the closed
 #: forms read it as it is, their conventions (:func:`.solvers.common.finish`) taking (0, TOL] as p = 1 (the
-#: clamp's select cost TV 0.5 ns of 3 per token).
+#: clamp's select is a sizeable part of TV's cost).
 _READ = {"clamped": "clamped(log_p[j])", "as_is": "np.float64(log_p[j])"}
 #: The refined pass runs on the tokens a block left padded to a multiple of this, LLVM's vector width here
-#: (4 doubles, AVX2), so that its loop has no scalar remainder.  Measured (1 thread, CPU time, median of 7
-#: interleaved rounds, 500k tokens): PAD 4 vs 8, js 55.0 vs 59.6 ns/token on mid, alpha(0.7) 74.2 vs 78.1.
+#: (4 doubles, AVX2), so that its loop has no scalar remainder (4 measured faster than 8).
 PAD = 4
 #: The drivers' outputs: suffix -> what is stored of a log bound.  Each output has its own drivers (a runtime
 #: flag would put exp into every vectorised loop, computed and discarded by a select); Numba compiles only
@@ -187,9 +185,8 @@ def _token(solver: str, args: str, indent: int, output: str, *, block: bool, tem
     return textwrap.indent(body, " " * indent)
 
 
-#: At most this many tokens the drivers run serially.  Measured on 2 cores (OpenMP layer): the parallel drivers
-#: are faster from 2,000 tokens on, also when called after an idle pause (10k TV tokens 76 µs vs 91 µs, KL
-#: 0.75 ms vs 1.1 ms, medians of calls 5 ms apart).
+#: At most this many tokens the drivers run serially (on 2 cores the parallel drivers measured faster from about
+#: half of it on, also when called after an idle pause).
 SERIAL_MAX = 4_096
 
 
@@ -235,7 +232,7 @@ def numba_source(kind: str, extra: list[str]) -> str:
     lines = [f"TOL = {LOG_P_TOLERANCE!r}", f"BLOCK = {BLOCK}", f"CLOSED_BLOCK = {CLOSED_BLOCK}", f"PAD = {PAD}",
              *extra]
     drivers = _CLAMPED + by_value_source() + "".join(_solver_drivers(kind, output) for output in OUTPUTS)
-    return generated_source([(lookup, False), (solvers, False)], "numba_fast_ops", lines, drivers, inline=True,
+    return generated_source([lookup, *solvers.parts(kind)], "numba_fast_ops", lines, drivers, inline=True,
                             outlined=_OUTLINED)  # fmt: skip
 
 

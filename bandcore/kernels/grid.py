@@ -7,6 +7,8 @@ from functools import cached_property
 
 import numpy as np
 
+from .slots import FM_SIZE, IM_SIZE
+
 __all__ = ["MAX_LEVEL", "KernelBound", "cell_offsets", "horner_cells", "octave_grid", "octave_of", "pack"]
 
 #: finest level: cells must be addressable by the 23 mantissa bits of a float32 input
@@ -52,19 +54,12 @@ def horner_cells(knots: np.ndarray, values: np.ndarray, slopes: np.ndarray) -> n
     return np.stack([knots[:-1], 1.0 / w, f0, d0, 3 * (f1 - f0) - 2 * d0 - d1, 2 * (f0 - f1) + d0 + d1], axis=1)
 
 
-#: Entries of ``fm`` / ``im`` in the longest layout (a split bound with tails, :mod:`.lookup`).
-#: :meth:`KernelBound.arrays` pads every bound to it with zeros (tail modes and split fields unused), and the
-#: Numba kernels copy them into tuples once per block (:mod:`bandcore.kernels.backends`): passed by value, they
-#: stay in registers for the whole loop, whereas array entries are reloaded for every token (a store to the
-#: outputs might alias them) and every branch on them is taken per token
-FM_SIZE, IM_SIZE = 17, 12
-
-
 @dataclass(frozen=True)
 class KernelBound:
     """The arrays :func:`bound_log` reads for one tabulated function (computed once per table).
 
-    ``fmeta = (a, b, F(a), F(b), F'(b))``, ``imeta = (kind, saturated left of a, saturated right of b, e_a)``,
+    ``fmeta = (a, b, F(a), F(b), F'(b))``, ``imeta = (kind, saturated left of a, saturated right of b, e_a)``
+    (and longer layouts: :mod:`.slots`),
     ``off``/``levels`` per octave, ``cells`` as :func:`horner_cells`.
     """
 

@@ -1,7 +1,7 @@
 r"""Piecewise-cubic lookup in :math:`L = -\log p` on octave cells, written once against ``xp`` (see :mod:`.ops`).
 
 Used by the certified lookup tables (:mod:`bandcore.tables`) and by the solvers' seed tables (:mod:`.seeds`);
-the grid and its arrays are built by :mod:`.grid`; :mod:`.backends` binds it to NumPy, torch and (generated)
+the grid and its arrays are built by :mod:`.grid`; :mod:`.sources` binds it to NumPy, torch and (generated)
 Numba like :mod:`.solvers`.
 
 **Grid.** A function is tabulated on :math:`[a, b] \subset (0, \infty)`.  Octave :math:`e`
@@ -40,21 +40,20 @@ towards the threshold.  :math:`L^*` is a double-double :math:`L^*_{hi} + L^*_{lo
 :math:`G = \log u - \gamma\log\lambda` with :math:`u = r` (lower) or :math:`u = 1 - q = 1 - pr` (upper) and
 :math:`\gamma` the leading exponent of :math:`u` in :math:`\lambda`; then :math:`\log r = G + \gamma\log\lambda`
 (lower) or :math:`L + \log(1 - e^{G + \gamma\log\lambda})` (upper).  The arrays hold both grids one after the
-other (the near part's ``off`` entries count its cells from the end of the far part's): ``fm = (far: a, b,
-F(a), F(b), F'(b); tails: C, β, K, ν; near: λ0, λm, G(λ0), G(λm), G'(λm); L*_hi, L*_lo, γ)``, ``im = (kind,
-saturated left, saturated right, far e_a, left tail, right tail, far octaves, far cells, 0, 0, 0, near e_λ0)``.
+other (the near part's ``off`` entries count its cells from the end of the far part's); ``fm`` and ``im`` are
+addressed by the names of :mod:`.slots`, which also gives their layout.
 
-**Logarithmic tails** (:func:`tail_log`, any kind whose ``im`` has more than 4 entries; a bound of the original
-kinds packed with 4 is read exactly as before).  ``im[4] = 1``: left of :math:`a` (which is then
-:math:`2^{-1022}`), :math:`\log r = C/(\beta - \log L)` (``fm[5:7]``), for a lower bound with
-:math:`\log r \to 0` like :math:`1/\log(1/L)` as :math:`p \to 1` (a generator growing like :math:`u\log u`);
-``im[5] = 1``: right of :math:`b`, :math:`y + \log(y + \nu) = L + K` (``fm[7:9]``), solved by Newton, for an
-upper bound with :math:`\log r \approx L - \log L`; ``im[5] = 2``: right of :math:`b`, :math:`r = K + \nu L`, for an
-upper bound of a generator growing like :math:`e^{bu}` (:math:`r \approx (L + \log\delta)/b`).
+**Logarithmic tails** (:func:`tail_log`, any kind whose ``im`` has more than ``PLAIN_IM_SIZE`` entries; a bound of
+the original kinds packed with those is read exactly as before).  ``im[LEFT_TAIL] = 1``: left of :math:`a` (which
+is then :math:`2^{-1022}`), :math:`\log r = C/(\beta - \log L)` (``fm[TAIL_C]``, ``fm[TAIL_BETA]``), for a lower
+bound with :math:`\log r \to 0` like :math:`1/\log(1/L)` as :math:`p \to 1` (a generator growing like
+:math:`u\log u`); ``im[RIGHT_TAIL] = RIGHT_LOG``: right of :math:`b`, :math:`y + \log(y + \nu) = L + K`
+(``fm[TAIL_K]``, ``fm[TAIL_NU]``), solved by Newton, for an upper bound with :math:`\log r \approx L - \log L`;
+``im[RIGHT_TAIL] = RIGHT_LINEAR``: right of :math:`b`, :math:`r = K + \nu L`, for an upper bound of a generator
+growing like :math:`e^{bu}` (:math:`r \approx (L + \log\delta)/b`).
 
-A bound's arrays are ``(fm, im, off, shift, cells)``: ``fm = (a, b, F(a), F(b), F'(b))``,
-``im = (kind, saturated left of a, saturated right of b, e_a)``, ``off``/``shift`` (= 52 − level) per octave
-and ``cells`` rows :math:`(L_c, 1/w, c_0, c_1, c_2, c_3)`.
+A bound's arrays are ``(fm, im, off, shift, cells)``: ``fm`` and ``im`` as in :mod:`.slots`, ``off``/``shift``
+(= 52 − level) per octave and ``cells`` rows :math:`(L_c, 1/w, c_0, c_1, c_2, c_3)`.
 
 **Evaluation in steps** (:func:`bound_log`), so that the Numba driver (:mod:`.drivers`) can run each step as a
 loop of its own over a block of tokens: :func:`part_grid` (the variable x of the token's cell — L, or λ in a split
@@ -69,7 +68,43 @@ arrays (:func:`bound_from_cell` merges the pending values by a select), with the
 
 from __future__ import annotations
 
-from .ops import numpy_ops as xp  # rebound per backend by .backends
+from .ops import numpy_ops as xp  # rebound per backend by .sources
+from .slots import (  # also in every generated module: compile-time constants there
+    F_LEFT,
+    F_RIGHT,
+    FAR_OCTAVES,
+    GAMMA,
+    KIND,
+    LEFT_END,
+    LEFT_TAIL,
+    LOG_NEG_LOG_R,
+    LOG_R,
+    NEAR_F_LEFT,
+    NEAR_F_RIGHT,
+    NEAR_LEFT,
+    NEAR_OCTAVE,
+    NEAR_RIGHT,
+    NEAR_SLOPE_RIGHT,
+    NO_TAIL,
+    OCTAVE_A,
+    PLAIN_IM_SIZE,
+    RATIO,
+    RIGHT_END,
+    RIGHT_LINEAR,
+    RIGHT_LOG,
+    RIGHT_TAIL,
+    SATURATED_LEFT,
+    SATURATED_RIGHT,
+    SLOPE_RIGHT,
+    SPLIT_LOWER,
+    SPLIT_UPPER,
+    STAR_HI,
+    STAR_LO,
+    TAIL_BETA,
+    TAIL_C,
+    TAIL_K,
+    TAIL_NU,
+)
 
 __all__ = ["bound_cheap", "bound_from_cell", "bound_log", "bound_pending", "cell_in", "cell_value", "cubic", "in_tail",
            "interpolate", "minus_log_p", "octave_entry", "part_grid", "table_bounds", "tail_log"]
@@ -111,29 +146,29 @@ def ends(x, inner, a, b, f_a, f_b, slope_b):
 def interpolate(L, fm, im, off, shift, cells, first=0):
     """F(L) for L in [a, b]: the Hermite cubic of L's cell; the end value left of a, the end tangent right of b.
     The grid's octaves start at entry ``first`` of ``off``/``shift`` (a split bound's near part)."""
-    inner = cubic(L, cells, cell_of(L, im[3], first, off, shift, cells.shape[0]))
-    return ends(L, inner, fm[0], fm[1], fm[2], fm[3], fm[4])
+    inner = cubic(L, cells, cell_of(L, im[OCTAVE_A], first, off, shift, cells.shape[0]))
+    return ends(L, inner, fm[LEFT_END], fm[RIGHT_END], fm[F_LEFT], fm[F_RIGHT], fm[SLOPE_RIGHT])
 
 
 def split_part(L, fm, im):
     """(near, x) of a split bound (kinds 4 and 5): whether L is read from the near part, and the variable of
     the part it is read from (lambda, or L)."""
-    if im[0] == 4:
-        near = L >= fm[1]
-        lam = (fm[14] - L) + fm[15]  # lower: lambda = L* - L, L* = fm[14] + fm[15] (double-double)
+    if im[KIND] == SPLIT_LOWER:
+        near = L >= fm[RIGHT_END]
+        lam = (fm[STAR_HI] - L) + fm[STAR_LO]  # lower: lambda = L* - L, L* a double-double
     else:
-        near = L < fm[0]
-        lam = (L - fm[14]) - fm[15]  # upper: lambda = L - L*
+        near = L < fm[LEFT_END]
+        lam = (L - fm[STAR_HI]) - fm[STAR_LO]  # upper: lambda = L - L*
     return near, xp.where(near, lam, L)
 
 
 def part_grid(L, fm, im):
     """(x, e_a, first) of a bound at L: the variable its cell is read at (a split bound: lambda in its near part,
     else L) and that part's grid (the octave of its first end, its first entry of ``off``/``shift``)."""
-    if im[0] < 4:
-        return L, im[3], 0
+    if im[KIND] < SPLIT_LOWER:
+        return L, im[OCTAVE_A], 0
     near, x = split_part(L, fm, im)
-    return x, im[3] + near * (im[11] - im[3]), near * im[6]
+    return x, im[OCTAVE_A] + near * (im[NEAR_OCTAVE] - im[OCTAVE_A]), near * im[FAR_OCTAVES]
 
 
 def cell_value(L, fm, im, off, shift, cells):
@@ -146,7 +181,7 @@ def cell_value(L, fm, im, off, shift, cells):
 def bound_from_cell(L, inner, fm, im):
     """log r of a bound at L from its :func:`cell_value` ``inner`` (no gathers; tails apart)."""
     y, pending = bound_cheap(L, inner, fm, im)
-    if im[0] == 5:
+    if im[KIND] == SPLIT_UPPER:
         y = xp.where(pending, bound_pending(L, inner, fm, im), y)
     return y
 
@@ -155,22 +190,23 @@ def bound_cheap(L, inner, fm, im):
     """(log r, pending) of a bound at L from its :func:`cell_value`: log r is final except where ``pending``, the
     near part of a split upper bound above its threshold, which takes :func:`bound_pending` (three
     transcendentals, for the few tokens there)."""
-    if im[0] == 5:
+    if im[KIND] == SPLIT_UPPER:
         near, _, f = part_ends(L, inner, fm, im)
-        y = xp.where(L <= fm[14], L, xp.minimum(xp.maximum(f, 0.0), L))
-        return y, xp.logical_and(near, L > fm[14])
-    if im[0] == 4:
+        y = xp.where(L <= fm[STAR_HI], L, xp.minimum(xp.maximum(f, 0.0), L))
+        return y, xp.logical_and(near, L > fm[STAR_HI])
+    if im[KIND] == SPLIT_LOWER:
         return split_lower(L, inner, fm, im), False
-    return plain_bound(L, ends(L, inner, fm[0], fm[1], fm[2], fm[3], fm[4]), fm, im), False
+    f = ends(L, inner, fm[LEFT_END], fm[RIGHT_END], fm[F_LEFT], fm[F_RIGHT], fm[SLOPE_RIGHT])
+    return plain_bound(L, f, fm, im), False
 
 
 def bound_pending(L, inner, fm, im):
     """log r of a bound at L where :func:`bound_cheap` leaves it pending: log r = L + log(1 - u), u = 1 - q
     (module docstring); other kinds: their :func:`bound_cheap` value."""
-    if im[0] != 5:
+    if im[KIND] != SPLIT_UPPER:
         return bound_cheap(L, inner, fm, im)[0]
     _, x, f = part_ends(L, inner, fm, im)
-    log_u = f + fm[16] * xp.log(xp.maximum(x, fm[9]))
+    log_u = f + fm[GAMMA] * xp.log(xp.maximum(x, fm[NEAR_LEFT]))
     return xp.minimum(xp.maximum(L + xp.log1p(-xp.exp(xp.minimum(log_u, 0.0))), 0.0), L)
 
 
@@ -178,8 +214,9 @@ def part_ends(L, inner, fm, im):
     """(near, x, F(x)) of a split bound at L (kinds 4 and 5): its part, the part's variable and function value
     (:func:`ends` of that part)."""
     near, x = split_part(L, fm, im)
-    f = ends(x, inner, xp.where(near, fm[9], fm[0]), xp.where(near, fm[10], fm[1]), xp.where(near, fm[11], fm[2]),
-             xp.where(near, fm[12], fm[3]), xp.where(near, fm[13], fm[4]))  # fmt: skip
+    f = ends(x, inner, xp.where(near, fm[NEAR_LEFT], fm[LEFT_END]), xp.where(near, fm[NEAR_RIGHT], fm[RIGHT_END]),
+             xp.where(near, fm[NEAR_F_LEFT], fm[F_LEFT]), xp.where(near, fm[NEAR_F_RIGHT], fm[F_RIGHT]),
+             xp.where(near, fm[NEAR_SLOPE_RIGHT], fm[SLOPE_RIGHT]))  # fmt: skip
     return near, x, f
 
 
@@ -187,30 +224,31 @@ def split_lower(L, inner, fm, im):
     """log r of a lower bound split at its saturation threshold (kind 4; module docstring): one logarithm, of
     lambda (near part: log r = G + gamma log lambda) or of F (far part: log r = log F)."""
     near, x, f = part_ends(L, inner, fm, im)
-    log_x = xp.log(xp.where(near, xp.maximum(x, fm[9]), xp.minimum(f, 1.0)))
-    y = xp.where(near, xp.minimum(f + fm[16] * log_x, 0.0), xp.where(f > 0.0, log_x, -xp.inf))
-    return xp.where(L >= fm[14], -xp.inf, y)
+    log_x = xp.log(xp.where(near, xp.maximum(x, fm[NEAR_LEFT]), xp.minimum(f, 1.0)))
+    y = xp.where(near, xp.minimum(f + fm[GAMMA] * log_x, 0.0), xp.where(f > 0.0, log_x, -xp.inf))
+    return xp.where(L >= fm[STAR_HI], -xp.inf, y)
 
 
 def in_tail(L, fm, im):
     """Whether L lies in one of the bound's logarithmic tails (where :func:`tail_log` replaces log r)."""
-    return xp.logical_or(xp.logical_and(im[4] == 1, L < fm[0]), xp.logical_and(im[5] != 0, L > fm[1]))
+    left = xp.logical_and(im[LEFT_TAIL] == 1, L < fm[LEFT_END])
+    return xp.logical_or(left, xp.logical_and(im[RIGHT_TAIL] != NO_TAIL, L > fm[RIGHT_END]))
 
 
 def tail_log(L, y, fm, im):
     """The tails of a bound whose ``im`` has tail modes (module docstring): left of a, log r = C/(beta - log L)
-    (im[4] = 1); right of b, y + log(y + nu) = L + K (im[5] = 1, an upper bound; fm[7] = K, fm[8] = nu) or
-    r = K + nu L (im[5] = 2)."""
-    if im[4] == 1:
-        y = xp.where(L < fm[0], fm[5] / (fm[6] - xp.log(L)), y)
-    if im[5] == 1:
-        F = L + fm[7]
+    (im[LEFT_TAIL] = 1); right of b, y + log(y + nu) = L + K (RIGHT_LOG, an upper bound; fm[TAIL_K] = K,
+    fm[TAIL_NU] = nu) or r = K + nu L (RIGHT_LINEAR)."""
+    if im[LEFT_TAIL] == 1:
+        y = xp.where(L < fm[LEFT_END], fm[TAIL_C] / (fm[TAIL_BETA] - xp.log(L)), y)
+    if im[RIGHT_TAIL] == RIGHT_LOG:
+        F = L + fm[TAIL_K]
         z = F - xp.log(xp.maximum(F, 1.0))
         for _ in range(4):  # Newton on z + log(z + nu) = F from z = F - log F (F >= 600): quadratic, 4 steps
-            z = z - (z + xp.log(z + fm[8]) - F) * (z + fm[8]) / (z + fm[8] + 1.0)
-        y = xp.where(L > fm[1], xp.where(F < xp.inf, z, xp.inf), y)
-    if im[5] == 2:
-        y = xp.where(L > fm[1], xp.log(fm[7] + fm[8] * L), y)  # r = K + nu L (fm[7] = K, fm[8] = nu)
+            z = z - (z + xp.log(z + fm[TAIL_NU]) - F) * (z + fm[TAIL_NU]) / (z + fm[TAIL_NU] + 1.0)
+        y = xp.where(L > fm[RIGHT_END], xp.where(F < xp.inf, z, xp.inf), y)
+    if im[RIGHT_TAIL] == RIGHT_LINEAR:
+        y = xp.where(L > fm[RIGHT_END], xp.log(fm[TAIL_K] + fm[TAIL_NU] * L), y)  # r = K + nu L
     return y
 
 
@@ -218,25 +256,25 @@ def bound_log(L, fm, im, off, shift, cells):
     """log r of one tabulated bound at L = -log p >= 0 (module docstring): the gathers (:func:`cell_value`), the
     bound's transform (:func:`bound_from_cell`) and its tails."""
     y = bound_from_cell(L, cell_value(L, fm, im, off, shift, cells), fm, im)
-    if len(im) > 4:
+    if len(im) > PLAIN_IM_SIZE:
         y = tail_log(L, y, fm, im)
     return y
 
 
 def plain_bound(L, f, fm, im):
     """log r of a bound of kind 0 to 3 from its stored function ``f`` at L (module docstring)."""
-    if im[0] == 0:
+    if im[KIND] == LOG_R:
         y = xp.minimum(xp.maximum(f, 0.0), L)  # 1 <= r_up <= 1/p
-    elif im[0] == 1:
+    elif im[KIND] == RATIO:
         y = xp.where(f > 0.0, xp.log(xp.minimum(f, 1.0)), -xp.inf)
-    elif im[0] == 2:
+    elif im[KIND] == LOG_NEG_LOG_R:
         y = -xp.exp(f)
     else:
         y = xp.minimum(f, 0.0)  # log r of a lower bound linear in L far out (r_lo ~ (delta p)^(1/k))
-    if im[1]:
-        y = xp.where(L <= fm[0], L, y)  # saturated upper bound: r = 1/p
-    if im[2]:
-        y = xp.where(L >= fm[1], -xp.inf, y)  # saturated lower bound: r = 0
+    if im[SATURATED_LEFT]:
+        y = xp.where(L <= fm[LEFT_END], L, y)  # saturated upper bound: r = 1/p
+    if im[SATURATED_RIGHT]:
+        y = xp.where(L >= fm[RIGHT_END], -xp.inf, y)  # saturated lower bound: r = 0
     return y
 
 

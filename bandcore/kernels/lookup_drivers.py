@@ -1,26 +1,28 @@
-r"""The Numba driver of the certified tables' lookup (:func:`lookup_module`): templates of the generated module's
-loops around the one evaluation source (:mod:`.lookup`), built like the solver drivers (:mod:`.drivers`)."""
+r"""The certified tables' lookup run on arrays (:func:`run_lookup`, :func:`run_lookup_torch`): the one evaluation
+source (:mod:`.lookup`) bound to NumPy or torch, or compiled with the Numba driver (:func:`lookup_module`) whose
+templates of the generated module's loops are here, built like the solver drivers (:mod:`.drivers`)."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from types import ModuleType
+from typing import Any
+
+import numpy as np
 
 from . import lookup
-from .binding import generated_source, load_generated
-from .drivers import by_value_source, serial_and_parallel
+from .drivers import SERIAL_MAX, by_value_source, serial_and_parallel
+from .grid import KernelBound
+from .ops import numpy_ops, torch_ops
+from .slots import KINDS
+from .sources import call_generated, generated_source, load_generated, vectorised_module
 
-__all__ = ["CHUNKS", "TABLE_BLOCK", "lookup_module"]
+__all__ = ["CHUNKS", "TABLE_BLOCK", "lookup_module", "run_lookup", "run_lookup_torch"]
 # The table kernel (:func:`lookup_module`) runs :mod:`.lookup`'s steps (its docstring) with the fast ops
 # (:mod:`.numba_fast_ops`) and every select computed: per run of blocks (one buffer allocation), per block of
 # BLOCK tokens, per bound, a vectorised loop for the cells' variables and octaves, a scalar loop for the gathers,
-# a vectorised loop per kind (chosen once per block) for the transform, then the few pending tokens.  Measured
-# (wall ns/token for both bounds, 1 thread, 500k / 10k float32 tokens of the llm and mid inputs, medians of 7
-# interleaved rounds against the previous one-loop kernel with libm, on a shared 2-core machine):
-# kl 12/8.4 (was 28/20), neyman 10-12/8.7 (20/12), tv 12/9.2 (43-48/24), hellinger 12-18/11 (47-49/25),
-# js 18-19/11-12 (65-78/42-48), reverse_kl 19/12 (70-76/44-48); a copy pass (read float32, write two float32)
-# 0.2 ns/token.  In-process CPU time, 500k: kl 7.2, neyman 6.0, tv 8.1, hellinger 8.1, js 9.4-11.1,
-# reverse_kl 10.4-10.8.  ``python scripts/ab_lookup.py <main tree> . --reps 7 --sizes 500000 10000 --copy``
+# a vectorised loop per kind (chosen once per block) for the transform, then the few pending tokens (two to four
+# times faster than one loop with libm: ``docs/kernel_measurements.md``).
 
 #: One bound on a block of tokens, in three loops: the variable of each token's cell and its octave
 #: (vectorised); the cells' gathers (a scalar loop: LLVM does not vectorise gathers; unsigned indices, so that
@@ -34,7 +36,7 @@ _TABLE_BOUND = '''
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def table_bound(Ls, bound, x, o, inner, out):
     fm, im, off, shift, cells = bound
-    if im[0] >= 4:
+    if im[KIND] >= SPLIT_LOWER:
         table_octaves(Ls, fm, im, off.shape[0], x, o)
     else:
         table_octaves(Ls, fm, im, off.shape[0], x, o)
@@ -80,7 +82,7 @@ def table_pending(Ls, fm, im, x, o, inner, out):
         x[k] = Ls[j]
         inner[k] = inner[j]
         k += flag
-    if im[0] == 5:
+    if im[KIND] == SPLIT_UPPER:
         for i in range(k):
             x[i] = bound_pending(x[i], inner[i], fm, im)
     table_store(Ls, fm, im, x, o, k, out)
@@ -95,13 +97,13 @@ def table_store(Ls, fm, im, y, o, k, out):
     for i in range(k):
         j = np.uint64(o[i])
         L = Ls[j]
-        value = y[i] if im[0] == 5 else out[j]
+        value = y[i] if im[KIND] == SPLIT_UPPER else out[j]
         if in_tail(L, fm, im):
             value = tail_log(L, value, fm, im)
         out[j] = value
 '''
 #: The blocks [first, last) of tokens, through views of each block (as :data:`_BLOCK`), with buffers allocated once
-#: for them all (an allocation per block cost ~0.5 ns/token): the lower bound, the upper bound (sharing the
+#: for them all (an allocation per block was measurable): the lower bound, the upper bound (sharing the
 #: buffers), each stored (as its exp with ``ratios``: ratio bounds) with log p above ``tol`` as NaN, then the
 #: count of those.
 _TABLE_BLOCKS = '''
@@ -155,28 +157,69 @@ def table_kernel{suffix}(log_p, lower, upper, tol, ratios, out_lo, out_up):
 #: Runs of blocks per call of a table kernel (:data:`_TABLE_DRIVER`).
 CHUNKS = 64
 #: Tokens per block of the table kernel (``BLOCK`` in its source; its buffers: 40 KB).  Each block and bound
-#: costs a few calls and loop remainders, so larger blocks than the solvers' pay at 10k tokens: 1 thread, CPU
-#: time of ``log()``, median of 7 interleaved rounds (``scripts/ab_lookup.py``), 256 -> 1024: js 12.0 -> 10.5
-#: ns/token on 10k mid tokens, reverse_kl 11.5 -> 10.2, kl 8.0 -> 7.6; at 500k js 10.8 -> 10.1, kl 6.7 -> 6.9;
-#: 1024 against 512: 1.03-1.08x at 10k.
+#: costs a few calls and loop remainders, so larger blocks than the solvers' pay at 10k tokens
+#: (``docs/kernel_measurements.md``).
 TABLE_BLOCK = 1024
-#: The bound kinds of :mod:`.lookup` (module docstring).
-_KINDS = range(6)
 
 
 def _table_drivers() -> str:
     """:data:`_TABLE_BOUND` with a branch per kind, the block and the drivers."""
-    branch = "    {} im[0] == {}:\n        pending = table_finish(Ls, fm, im, inner, o, out)"
-    kinds = "\n".join(branch.format("if" if kind == 0 else "elif", kind) for kind in _KINDS)
+    branch = "    {} im[KIND] == {}:\n        pending = table_finish(Ls, fm, im, inner, o, out)"
+    kinds = "\n".join(branch.format("if" if kind == 0 else "elif", kind) for kind in range(KINDS))
     bound = _TABLE_BOUND.replace("KINDS\n", kinds + "\n")
     return _TABLE_STORE + _TABLE_PENDING + bound + _TABLE_BLOCKS + serial_and_parallel(_TABLE_DRIVER)
 
 
 @lru_cache(maxsize=1)
+def _lookup_source() -> str:
+    drivers = by_value_source() + _table_drivers()
+    constants = [f"BLOCK = {TABLE_BLOCK}", f"CHUNKS = {CHUNKS}"]
+    return generated_source([lookup], "numba_fast_ops", constants, drivers, inline=True)
+
+
+_PREFIX = "bandcore_numba_lookup"
+
+
 def lookup_module() -> ModuleType:
     """The generated module of the table lookup (:data:`_TABLE_DRIVER`), with the fast ops
     (:mod:`.numba_fast_ops`) and every select computed, so that the vectorised loops vectorise."""
-    drivers = by_value_source() + _table_drivers()
-    constants = [f"BLOCK = {TABLE_BLOCK}", f"CHUNKS = {CHUNKS}"]
-    source = generated_source([(lookup, False)], "numba_fast_ops", constants, drivers, inline=True)
-    return load_generated(source, "bandcore_numba_lookup")
+    return load_generated(_lookup_source(), _PREFIX)
+
+
+def _vectorised(backend: str) -> ModuleType:
+    xp = numpy_ops if backend == "numpy" else torch_ops()
+    return vectorised_module((lookup,), xp, f"bandcore.kernels.lookup_{backend}", {})
+
+
+def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dtype: Any, tol: float,
+               backend: str = "numba", ratios: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
+    """(log r_lo, log r_up, count of log p > tol) of a table for a flat float32/float64 array; with ``ratios``
+    (r_lo, r_up), exp of the log bounds rounded once to ``out_dtype`` (in the Numba kernel's last loop).
+
+    ``backend="numba"``: one parallel pass reading the input in its own dtype (besides the outputs, one small
+    buffer per run of blocks; :mod:`.drivers`; its first call per signature guarded against damaged Numba files,
+    :func:`.sources.call_generated`); ``"numpy"``: the same source vectorised (imports no Numba).  Above ``tol``
+    the bounds are NaN.
+    """
+    if backend == "numba":
+        out_lo = np.empty(log_p.shape, dtype=out_dtype)
+        out_up = np.empty(log_p.shape, dtype=out_dtype)
+        name = "table_kernel" if log_p.size > SERIAL_MAX else "table_kernel_serial"
+
+        def call(module: ModuleType) -> int:
+            return getattr(module, name)(log_p, lower.arrays(), upper.arrays(), tol, ratios, out_lo, out_up)
+
+        signature = f"{name}-{log_p.dtype.name}-{np.dtype(out_dtype).name}-{ratios}"
+        _, above = call_generated(lookup_module(), _lookup_source(), _PREFIX, signature, call)
+        return out_lo, out_up, int(above)
+    lp = log_p.astype(np.float64, copy=False)
+    with np.errstate(all="ignore"):  # (also the cast: a bound beyond float32's range is its ±inf)
+        lo, up = _vectorised("numpy").table_bounds(lp, lower.numpy_arrays(), upper.numpy_arrays(), tol)
+        lo, up = (np.exp(lo), np.exp(up)) if ratios else (lo, up)
+        return lo.astype(out_dtype, copy=False), up.astype(out_dtype, copy=False), int(np.count_nonzero(lp > tol))
+
+
+def run_lookup_torch(log_p, lower: tuple, upper: tuple, tol: float):
+    """(log r_lo, log r_up) in float64 for a float64 tensor, from :meth:`KernelBound.torch_arrays`; no host
+    synchronisation, so log p above ``tol`` gives NaN instead of an error."""
+    return _vectorised("torch").table_bounds(log_p, lower, upper, tol)

@@ -1,7 +1,7 @@
 r"""The element-wise operations the solvers are written in, for each backend (a tiny array-API shim).
 
 The source modules :mod:`.solvers` and :mod:`.lookup` are written once against a namespace ``xp`` with these
-names, and bound (:mod:`.binding`) to one of:
+names, and bound (:mod:`.sources`) to one of:
 
 * :data:`numpy_ops` — NumPy arrays (the reference backend);
 * :func:`torch_ops` — torch tensors on any device (float64; Python numbers are lifted, so a constant side

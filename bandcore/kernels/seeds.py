@@ -21,18 +21,19 @@ and so is every cell next to it: those tokens start from the solver's own start 
 **Saturation.**  The upper root of p = e^-L saturates (r = 1/p) iff :math:`G(\infty) = p f(1/p) + (1-p) f(0)
 \le \delta`, and :math:`G(\infty)` is non-increasing in p (its derivative :math:`f(1/p) - f'(1/p)/p - f(0)
 \le 0` by convexity), so saturation is :math:`L \le L^*`.  :func:`saturation_band` finds :math:`L^*` once by
-bisection on the solver's own :math:`G(\infty)` and stores ``fm[5] = L^*(1 - 10^{-9})``, ``fm[6] =
-L^*(1 + 10^{-9})`` with the table: the seed is -inf (w = 0, d = ∞: saturated) for L <= fm[5] and NaN in the band
-(fm[5], fm[6]], whose tokens the safeguarded solver decides with :math:`G(\infty)` itself.  (If the
+bisection on the solver's own :math:`G(\infty)` and stores ``fm[SEED_SATURATED_TO] = L^*(1 - 10^{-9})``,
+``fm[SEED_UNDECIDED_TO] = L^*(1 + 10^{-9})`` with the table (:mod:`.slots`): the seed is -inf (w = 0, d = ∞:
+saturated) up to the first and NaN in the band between them, whose tokens the safeguarded solver decides with
+:math:`G(\infty)` itself.  (If the
 floating-point :math:`G(\infty)` contradicts the band at any knot, the band is everything.)
 
 A seed is only a start: the solver finishes every token with its own convergence test (the generic Newton:
 away from thresholds the seed is within ~1e-10, so the first Newton step already passes it) or one Halley step
 whose accuracy the tests check against the oracle (KL, where the seed errs by < 1e-9).
-Seeds of user generators are cached on disk (``.npz``, no pickle) under :func:`.binding.cache_dir`, keyed by
-the canonical formula, δ, the solver source and the generated functions' key
-(:meth:`~bandcore.derive.kernel_functions.GeneratorFunctions.key`), so a second process
-starts fast and never reads a table of other functions.
+The seed tables of generic plans are cached on disk (``.npz``, no pickle; folder ``seeds`` of
+:mod:`bandcore._cache`), keyed by the plan's formula and ``seed_key``, δ, the grid and the solver source, so a
+second process starts fast and never reads a table of other functions; a file that does not load as such a
+table (truncated, damaged) is computed and written again.
 """
 
 from __future__ import annotations
@@ -40,18 +41,19 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
+import io
 import math
-import os
-import tempfile
+import zipfile
 from functools import lru_cache
 from types import ModuleType
 
 import numpy as np
 
-from ..divergences import Divergence
+from .._cache import read_bytes, write_atomic
+from ..plan import SolverPlan
 from . import solvers as _reference
-from .binding import cache_dir
 from .grid import KernelBound, octave_grid, octave_of, pack
+from .slots import LOG_R, SEED_SATURATED_TO, SEED_UNDECIDED_TO
 
 __all__ = ["NO_SEED", "SEED_LEVEL", "SEED_RANGE", "saturation_band", "seed_knots", "seed_table", "seed_values"]
 
@@ -63,7 +65,7 @@ FD_STEP = 1e-6
 #: solver's own start
 #: Relative margin of the saturation band around the threshold (:func:`saturation_band`).
 SATURATION_MARGIN = 1e-9
-NO_SEED = KernelBound(
+NO_SEED = KernelBound(  # range (a, b) = (inf, -inf): empty; band (SEED_SATURATED_TO, SEED_UNDECIDED_TO): all of L
     fmeta=np.array([math.inf, -math.inf, math.nan, math.nan, 0.0, -math.inf, math.inf]),
     imeta=np.zeros(4, dtype=np.int64),
     off=np.zeros(1, dtype=np.int64), levels=np.zeros(1, dtype=np.int64), cells=np.full((1, 6), math.nan),
@@ -114,27 +116,42 @@ def seed_values(module: ModuleType, kind: str, delta: float) -> tuple[np.ndarray
     return log_w, slopes
 
 
+@lru_cache(maxsize=1)
 def _source_digest() -> str:
     return hashlib.sha256("".join(inspect.getsource(part) for part in _reference.PARTS).encode()).hexdigest()[:16]
 
 
-def _path(div: Divergence, delta: float):
-    from ..derive.kernel_functions import generator_functions  # SymPy: only for a user generator's seeds
+#: Cache folder of the seed tables
+SEEDS_FOLDER = "seeds"
 
+
+def _file_name(plan: SolverPlan, delta: float) -> str:
     # keyed by the generated functions too: a table from another version of them is never read
-    functions = generator_functions(div).key()
-    key = f"{div.formula}|{delta!r}|{SEED_RANGE}|{SEED_LEVEL}|{_source_digest()}|{functions}"
-    return cache_dir().parent / "seeds" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.npz"
+    key = f"{plan.formula}|{delta!r}|{SEED_RANGE}|{SEED_LEVEL}|{_source_digest()}|{plan.seed_key}"
+    return f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.npz"
 
 
-def _read(path, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _read(name: str, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values, slopes) of the cached table ``name``, or None where it is missing or is not one (damaged)."""
+    data = read_bytes(SEEDS_FOLDER, name)
+    if data is None:
+        return None
     try:
-        with np.load(path, allow_pickle=False) as data:
-            values, slopes = data["values"], data["slopes"]
-    except (OSError, KeyError, ValueError):
+        with np.load(io.BytesIO(data), allow_pickle=False) as table:
+            values, slopes = table["values"], table["slopes"]
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
         return None
     ok = all(a.dtype == np.float64 and a.shape == (n,) for a in (values, slopes))
     return (values, slopes) if ok else None
+
+
+def _write(name: str, values: np.ndarray, slopes: np.ndarray) -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, values=values, slopes=slopes)
+    try:
+        write_atomic(SEEDS_FOLDER, name, buffer.getvalue())
+    except OSError:
+        pass  # an unwritable cache only costs the rebuild
 
 
 def saturation_band(module: ModuleType, kind: str, delta: float) -> tuple[float, float]:
@@ -165,30 +182,24 @@ def saturation_band(module: ModuleType, kind: str, delta: float) -> tuple[float,
     return lo, hi
 
 
-@lru_cache(maxsize=64)
-def seed_table(module: ModuleType, kind: str, div: Divergence, delta: float) -> KernelBound:
-    """The seed table of :func:`seed_values`, cached in memory and, for the generic solver, on disk."""
+def seed_table(module: ModuleType, plan: SolverPlan, delta: float) -> KernelBound:
+    """The seed table of :func:`seed_values` for ``plan`` with its NumPy solver ``module``; for a generic plan read
+    from (or written to) the cache on disk."""
     knots, levels = seed_knots()
-    band = saturation_band(module, kind, delta)
-    path = _path(div, delta) if kind == "generic" else None
-    cached = _read(path, len(knots)) if path is not None and path.exists() else None
+    band = saturation_band(module, plan.kind, delta)
+    name = _file_name(plan, delta) if plan.kind == "generic" else None
+    cached = _read(name, len(knots)) if name is not None else None
     if cached is not None:
         return _pack(knots, *cached, levels, band)
-    values, slopes = seed_values(module, kind, delta)
-    if path is None:
-        return _pack(knots, values, slopes, levels, band)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, values=values, slopes=slopes)
-        os.replace(tmp, path)  # atomic
-    except OSError:
-        pass  # a read-only cache only costs the rebuild
+    values, slopes = seed_values(module, plan.kind, delta)
+    if name is not None:
+        _write(name, values, slopes)
     return _pack(knots, values, slopes, levels, band)
 
 
 def _pack(knots, values, slopes, levels, band: tuple[float, float]) -> KernelBound:
-    """The seed table's arrays: :func:`.grid.pack`'s, with the saturation band as fm[5], fm[6]."""
-    bound = pack(knots, values, slopes, levels, 0, False, False)
-    return dataclasses.replace(bound, fmeta=np.concatenate([bound.fmeta, band]))
+    """The seed table's arrays: :func:`.grid.pack`'s, with the saturation band in its slots (:mod:`.slots`)."""
+    bound = pack(knots, values, slopes, levels, LOG_R, False, False)
+    fmeta = np.concatenate([bound.fmeta, np.zeros(2)])
+    fmeta[SEED_SATURATED_TO], fmeta[SEED_UNDECIDED_TO] = band
+    return dataclasses.replace(bound, fmeta=fmeta)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.backends import run_lookup, run_lookup_torch
 from ..kernels.grid import MAX_LEVEL, KernelBound, cell_offsets, octave_grid, octave_of, pack
+from ..kernels.lookup_drivers import run_lookup, run_lookup_torch
 
 __all__ = ["MAX_LEVEL", "KernelBound", "cell_offsets", "eval_log", "eval_log_numba", "eval_log_torch", "octave_grid",
            "octave_of", "pack", "torch_arrays"]

@@ -41,8 +41,9 @@ import numpy as np
 
 from .._contract import LOG_P_TOLERANCE
 from ..kernels import lookup
-from ..kernels.binding import instance
 from ..kernels.grid import MAX_LEVEL, KernelBound
+from ..kernels.ops import jax_ops
+from ..kernels.sources import vectorised_module
 
 __all__ = ["BoundConstants", "check_log_flag", "constants", "cubic", "finish", "jax_dtype", "lookup_jax", "opaque",
            "read_cell", "table_to_jax", "transform", "working_input"]  # fmt: skip
@@ -128,7 +129,7 @@ def constants(kb: KernelBound, dtype) -> BoundConstants:
 
 def lookup_jax():
     """:mod:`bandcore.kernels.lookup` bound to ``jax.numpy`` (imports jax)."""
-    return instance(lookup, "jax")
+    return vectorised_module((lookup,), jax_ops(), "bandcore.kernels.lookup_jax", {})
 
 
 def jax_dtype():

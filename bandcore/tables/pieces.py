@@ -10,7 +10,7 @@ With :math:`y = \log r` and :math:`t_s = s - 1 = -e^{x}\,\mathrm{expm1}(y)` (sin
 .. math::  g_f = p\,A(y) + (1-p)\,T(t_s), \qquad A(y) = \tilde f(e^y), \quad T(t) = \tilde f(1+t),
 
 where :math:`A`, :math:`T`, :math:`B(y) = e^y \tilde f'(e^y)` and :math:`T'(t) = \tilde f'(1+t)` are the
-cancellation-free closed forms of :mod:`bandcore.derive.table_pieces` (where one of them fails a 50-digit probe,
+cancellation-free closed forms of :mod:`bandcore.derive.codegen.table_pieces` (where one of them fails a 50-digit probe,
 the solvers' form instead: :func:`_accurate`).  Implicit differentiation of
 :math:`g_f(p, r) = \delta` along the root gives the exact slope used by the Hermite interpolants,
 
@@ -31,7 +31,8 @@ denominator divided by :math:`e^y`,
            {\tilde f'(r) - T'(t_s)},
 
 where :math:`\Phi` and :math:`\tilde f'` are the solvers' cancellation- and overflow-free forms
-(:func:`bandcore.derive.kernel_functions.side_callables`, with a branch in :math:`1/u` for :math:`u > 2`).
+(:func:`bandcore.kernels.vectorised.generator_functions` of the generic plan, with a branch in :math:`1/u` for
+:math:`u > 2`).
 The closed form :math:`A(y)` overflows long before :math:`q\Phi(r)` does: Le Cam's
 :math:`\mathrm{expm1}(y)^2/(e^y + 1)` is infinite for :math:`y > 355` although :math:`r_{up} \approx q_0/p`
 needs :math:`y` up to 680, so a root there was found where :math:`g_f` read ``inf`` instead of :math:`\le\delta`.
@@ -46,7 +47,7 @@ from functools import lru_cache
 import mpmath as mp
 import numpy as np
 
-from ..derive.mpmath_g import g_mp, mp_generator
+from ..derive.generator_facts.mpmath_g import g_mp, mp_generator
 from ..divergences import Divergence, resolve
 
 __all__ = ["GeneratorPieces", "bisection_band_log", "log_p_of_x", "pieces", "saturation_threshold", "x_of_log_p"]
@@ -133,11 +134,12 @@ class GeneratorPieces:
 @lru_cache(maxsize=64)
 def pieces(div: Divergence) -> GeneratorPieces:
     """The stable vectorised pieces of a divergence's normalised generator (cached)."""
-    from ..derive.kernel_functions import side_callables  # SymPy: only when a table is built or checked
-    from ..derive.table_pieces import table_pieces
+    from ..derive import solver_plan  # SymPy: only when a table is built or checked
+    from ..derive.codegen.table_pieces import table_pieces
     from ..kernels.ops import numpy_ops
+    from ..kernels.vectorised import generator_functions
 
-    side = side_callables(div, numpy_ops)
+    side = generator_functions(solver_plan(div, generic=True), numpy_ops)
     closed = table_pieces(div)
     fallback = _solver_forms(side)
     chosen = []
@@ -157,7 +159,7 @@ def pieces(div: Divergence) -> GeneratorPieces:
 
 #: where each piece is checked against the 50-digit generator: t = s - 1 (T, T'), and y = log(1 + t), t < 0 (A, B)
 PROBE_T = np.array([-0.9, -0.3, -0.05, -1e-3, -1e-5, 1e-5, 1e-3, 0.05, 0.3, 2.0, 1e3])
-#: relative error above which a closed form of :mod:`bandcore.derive.table_pieces` is replaced: a gross
+#: relative error above which a closed form of :mod:`bandcore.derive.codegen.table_pieces` is replaced: a gross
 #: failure (the catalogue's closed forms cancel to at most 2e-5 at t = 1e-5, and their tables certify; keeping
 #: them keeps the shipped tables' bytes)
 PROBE_TOLERANCE = 1e-3

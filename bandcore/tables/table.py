@@ -207,7 +207,7 @@ class BandTable:
 
         if dtype not in (torch.float32, torch.float64):
             tensor = tensor.to(torch.float32)  # float16/bfloat16 are exact in float32
-        array = tensor.contiguous().numpy()  # shapes are handled in NumPy: a torch reshape costs ~2 µs per call
+        array = tensor.contiguous().numpy()  # shapes are handled in NumPy (cheaper per call than torch reshapes)
         flat = array.reshape(-1)
         lo, up, above = self._lookup(flat, flat.dtype, backend, ratios)
         if above:  # as on a device: NaN, not an error

@@ -16,16 +16,13 @@ from functools import cached_property
 import numpy as np
 
 from ..divergences import Divergence
+from ..kernels.slots import LOG_NEG_LOG_R, LOG_R, LOG_R_LOWER, RATIO, RIGHT_LINEAR, RIGHT_LOG  # the kernel's names
 from .evaluate import KernelBound, eval_log, octave_of, pack
 from .pieces import bisection_band_log
 
 __all__ = ["BUILDER", "DEFAULT_TARGET", "LOG_NEG_LOG_R", "LOG_R", "LOG_R_LOWER", "RATIO", "TabulatedBound",
            "TargetNotReached", "certificate", "exact_solver", "rel_log_error", "stored"]  # fmt: skip
 
-#: right tail modes of the kernel (bandcore.kernels.lookup): y + log(y + nu) = L + K, and r = K + nu L
-RIGHT_LOG, RIGHT_LINEAR = 1, 2
-# kinds of stored function (see bandcore.kernels.lookup)
-LOG_R, RATIO, LOG_NEG_LOG_R, LOG_R_LOWER = 0, 1, 2, 3
 #: Default certified error target, |Δ log r| / max(1, |log r|).
 DEFAULT_TARGET = 1e-7
 #: Written into every table as ``builder``: identifies the building and certifying code, not the package version

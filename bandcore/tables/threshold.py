@@ -43,15 +43,16 @@ from functools import cached_property
 import mpmath as mp
 import numpy as np
 
-from ..derive.mpmath_g import _combine, g_mp, mp_generator
+from ..derive.generator_facts.mpmath_g import _combine, g_mp, mp_generator
 from ..divergences import Divergence
+from ..kernels import slots
+from ..kernels.slots import SPLIT_LOWER, SPLIT_UPPER
 from .evaluate import KernelBound, eval_log, octave_grid, octave_of
 from .limits import L_RANGE
 
 __all__ = ["DPS", "SPLIT_LOWER", "SPLIT_UPPER", "TRUST", "SplitBound", "gamma_of", "near_exact", "threshold_dd"]
 
 #: kinds of a bound split at its threshold (see bandcore.kernels.lookup)
-SPLIT_LOWER, SPLIT_UPPER = 4, 5
 #: decimal digits of the near-threshold solves
 DPS = 50
 #: below lambda = TRUST * L* the near part's exact values come from the 50-digit solver
@@ -237,10 +238,17 @@ class SplitBound:
     def kernel(self) -> KernelBound:
         far, near = self.far.kernel, _near_kernel(self.near)
         star = [self.star_hi, self.star_lo, self.gamma]
-        fm = np.concatenate([far.fmeta[:5], self.far.tail_fmeta(), near.fmeta, star])
-        im = np.concatenate([[self.kind, self.saturated_left, self.saturated_right, far.imeta[3]],
-                             self.far.tail_imeta(), [len(far.off), len(far.cells), 0, 0, 0, near.imeta[3]]])
-        im = im.astype(np.int64)
+        fm, im = np.zeros(slots.FM_SIZE), np.zeros(slots.IM_SIZE, dtype=np.int64)  # layout: bandcore.kernels.slots
+        fm[slots.LEFT_END : slots.SLOPE_RIGHT + 1] = far.fmeta[: slots.SLOPE_RIGHT + 1]
+        fm[slots.TAIL_C : slots.TAIL_NU + 1] = self.far.tail_fmeta()
+        fm[slots.NEAR_LEFT : slots.NEAR_SLOPE_RIGHT + 1] = near.fmeta
+        fm[slots.STAR_HI], fm[slots.STAR_LO], fm[slots.GAMMA] = star
+        im[slots.KIND] = self.kind
+        im[slots.SATURATED_LEFT], im[slots.SATURATED_RIGHT] = self.saturated_left, self.saturated_right
+        im[slots.OCTAVE_A] = far.imeta[slots.OCTAVE_A]
+        im[[slots.LEFT_TAIL, slots.RIGHT_TAIL]] = self.far.tail_imeta()
+        im[slots.FAR_OCTAVES], im[slots.FAR_CELLS] = len(far.off), len(far.cells)
+        im[slots.NEAR_OCTAVE] = near.imeta[slots.OCTAVE_A]
         off = np.concatenate([far.off, near.off + len(far.cells)])  # the near part's cells follow the far's
         levels = np.concatenate([far.levels, near.levels])
         cells = np.ascontiguousarray(np.concatenate([far.cells, near.cells]))

@@ -7,7 +7,7 @@ bounds are the optima of the convex programs
            \sum_j \pi_{old}(j)\, u_j = 1,\ \ \sum_j \pi_{old}(j)\, f(u_j) \le \delta,\ \ u \ge 0 .
 
 * :mod:`.program` — the programs (CVXPY, DPP), :func:`verify` and :func:`summary_line`;
-* :mod:`.dcp` — the generator as CVXPY atoms (from the symbolic plan of :mod:`bandcore.derive.dcp_plan`);
+* :mod:`.dcp` — the generator as CVXPY atoms (from the symbolic plan of :mod:`bandcore.derive.codegen.dcp_plan`);
 * :mod:`.report` — :class:`VerificationRow`, :class:`VerificationReport`.
 """
 

@@ -6,7 +6,7 @@ with weights :math:`w = \pi_{old}`,
 .. math::  \sum_j w_j\, f(u_j) \le \delta .
 
 CVXPY accepts it only when :math:`f` is written as a sum of atoms whose curvature it can certify.
-:func:`bandcore.derive.dcp_plan.dcp_rewritings` rewrites :math:`f` symbolically (as written; expanded, with
+:func:`bandcore.derive.codegen.dcp_plan.dcp_rewritings` rewrites :math:`f` symbolically (as written; expanded, with
 logarithms regrouped into entropies); this module builds each rewriting's atoms in CVXPY (``square``,
 ``power``, ``exp``, ``log``, ``abs``, ``-entr`` for :math:`x\log x`, ``rel_entr``) and keeps the first one CVXPY
 certifies convex.  When none is, :class:`NotDCPError` names the generator and the offending term.  Every atom is
@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import cvxpy as cp
 
-from ..derive.dcp_plan import dcp_rewritings
+from ..derive.codegen.dcp_plan import dcp_rewritings
 from ..divergences import Divergence
 
 __all__ = ["Builder", "NotDCPError", "dcp_generator"]
@@ -36,7 +36,7 @@ class NotDCPError(ValueError):
 
 
 def build(node: tuple, u: cp.Expression) -> cp.Expression:
-    """The CVXPY expression of one plan node (see :mod:`bandcore.derive.dcp_plan`) at the variable ``u``."""
+    """The CVXPY expression of one plan node (see :mod:`bandcore.derive.codegen.dcp_plan`) at the variable ``u``."""
     kind = node[0]
     if kind == "const":
         return cp.Constant(node[1])

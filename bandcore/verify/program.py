@@ -37,7 +37,7 @@ import numpy as np
 
 from .._progress import progress as progress_bar
 from ..band import band
-from ..derive.mpmath_g import checked_facts, g_boundary, g_ratio
+from ..derive.generator_facts.mpmath_g import checked_facts, g_boundary, g_ratio
 from ..divergences import Divergence, get_transform, resolve, resolve_regions
 from .dcp import Builder, dcp_generator
 from .report import ACCEPTED_STATUSES, VerificationReport, VerificationRow

@@ -79,8 +79,8 @@ def test_python_float_and_list():
 
 def test_band_is_exp_of_band_log():
     x = np.array([-0.01, -1.0, -9.0])
-    lower, upper = bc.band(x, "reverse_kl", 0.2)
-    log_lower, log_upper = bc.band_log(x, "reverse_kl", 0.2)
+    lower, upper = bc.band(x, "reverse_kl", 0.2, backend="numpy")  # one binding: "auto" may pick Numba for one
+    log_lower, log_upper = bc.band_log(x, "reverse_kl", 0.2, backend="numpy")  # output and not for the other
     assert np.array_equal(lower, np.exp(log_lower)) and np.array_equal(upper, np.exp(log_upper))
 
 
@@ -88,12 +88,15 @@ def test_auto_backend():
     from bandcore.band import AUTO_NUMBA_MIN_SIZE
 
     x = np.array([-0.5, -2.0])
-    assert all(np.array_equal(a, b) for a, b in zip(bc.band_log(x), bc.band_log(x, backend="numpy"), strict=True))
+    small = bc.bind("kl", 0.05).pick(x.size)  # numpy, or numba once its kernel is ready (tests/band/test_auto_backend)
+    assert small in ("numpy", "numba")
+    assert all(np.array_equal(a, b) for a, b in zip(bc.band_log(x), bc.band_log(x, backend=small), strict=True))
     big = np.full(AUTO_NUMBA_MIN_SIZE, -0.5)
     assert all(np.array_equal(a, b) for a, b in zip(bc.band_log(big), bc.band_log(big, backend="numba"), strict=True))
     t = torch.tensor([-0.5, -2.0])
     assert isinstance(bc.band_log(t)[0], torch.Tensor)  # CPU tensors go to the CPU solvers, torch out
-    assert all(torch.equal(a, b) for a, b in zip(bc.band_log(t), bc.band_log(t, backend="numpy"), strict=True))
+    small = bc.bind("kl", 0.05).pick(t.numel())
+    assert all(torch.equal(a, b) for a, b in zip(bc.band_log(t), bc.band_log(t, backend=small), strict=True))
 
 
 def test_divergence_object_alias_and_user():

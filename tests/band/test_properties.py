@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import bandcore as bc
 from bandcore.band import band, band_log
-from bandcore.derive.symbolic import facts
+from bandcore.derive.generator_facts.symbolic import facts
 from bandcore.oracle import g_mp
 
 DIVERGENCES = [

@@ -9,7 +9,7 @@ import pytest
 from bandcore.cli import derive as cli_derive
 from bandcore.cli import main
 from bandcore.derive import catalogue
-from bandcore.derive.files import packaged_reports, source_tree_directory
+from bandcore.derive.closed_forms.files import packaged_reports, source_tree_directory
 
 
 def test_list(capsys):

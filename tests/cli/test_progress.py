@@ -88,7 +88,7 @@ def test_verify_bar_on_a_terminal_and_quiet_options():
 def test_derive_bar_counts_the_steps_on_a_terminal():
     code, err, out = _on_terminal(["derive", "tv"])
     assert code == 0 and "Band of" in out
-    assert "derive" in err and "/6" in err  # the six steps of bandcore.derive.derivation.STEPS
+    assert "derive" in err and "/6" in err  # the six steps of bandcore.derive.closed_forms.derivation.STEPS
     code, err, _ = _on_terminal(["derive", "tv", "--quiet"])
     assert code == 0 and err == ""
 

@@ -12,7 +12,7 @@ import sympy as sp
 
 from bandcore import Divergence
 from bandcore.derive import DELTA, Derivation, P, catalogue, derive, series_coefficients
-from bandcore.derive.budget import BudgetExceeded, bounded, deadline, time_limit
+from bandcore.derive.generator_facts.budget import BudgetExceeded, bounded, deadline, time_limit
 from bandcore.divergences import GeneratorError
 from bandcore.oracle import band_log_mp
 
@@ -445,7 +445,7 @@ def test_derive_off_the_main_thread_is_bounded_too():
 
 
 def test_generator_sympy_cannot_handle_is_refused_in_one_line(monkeypatch):
-    from bandcore.derive import mpmath_g, symbolic
+    from bandcore.derive.generator_facts import mpmath_g, symbolic
 
     def failing(div):
         raise TypeError("Invalid comparison of non-real zoo")

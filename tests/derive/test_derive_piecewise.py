@@ -10,8 +10,8 @@ import pytest
 import sympy as sp
 
 from bandcore.derive import derive
-from bandcore.derive.branches import active_branch, numeric_at_zero, numeric_slope_at_infinity
-from bandcore.derive.symbolic import U
+from bandcore.derive.generator_facts.branches import active_branch, numeric_at_zero, numeric_slope_at_infinity
+from bandcore.derive.generator_facts.symbolic import U
 from bandcore.divergences import GeneratorError, resolve
 from bandcore.oracle import band_log_mp
 
@@ -181,7 +181,7 @@ def test_non_convex_refused_with_the_reason(formula, where):
 
 @pytest.mark.parametrize("formula", ["abs(u-1)**1.5", "where(abs(u-1) < 1, (u-1)**2/2, abs(u-1) - 1/2)"])
 def test_table_pieces_are_real_on_both_sides_of_one(formula):
-    from bandcore.derive.table_pieces import table_pieces
+    from bandcore.derive.codegen.table_pieces import table_pieces
 
     f = GENERATORS[formula]
     _, _, f_tilde = _reference(f)

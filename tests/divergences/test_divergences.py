@@ -9,7 +9,7 @@ import pytest
 import sympy as sp
 
 import bandcore as bc
-from bandcore.derive.symbolic import U, facts, to_sympy
+from bandcore.derive.generator_facts.symbolic import U, facts, to_sympy
 from bandcore.divergences import Divergence, GeneratorError, get_divergence, list_divergences, resolve
 from bandcore.divergences.catalogue import CATALOGUE
 from bandcore.divergences.grammar import parse, to_text

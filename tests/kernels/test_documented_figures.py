@@ -8,7 +8,9 @@ import pytest
 
 import bandcore as bc
 from bandcore import _contract
-from bandcore.derive import branches, kernel_functions
+from bandcore.derive import solver_plan
+from bandcore.derive.codegen import kernel_functions
+from bandcore.derive.generator_facts import branches
 from bandcore.kernels import backends, drivers, lookup_drivers, seeds
 from bandcore.kernels.lookup import interpolate
 from bandcore.kernels.seeds import NO_SEED
@@ -46,7 +48,7 @@ def test_documented_constant(where, value, documented):
 
 def test_seed_table_size():
     """math §8: 6,320 cells, 304 KB of arrays (the octaves of [2^-40, 704], 128 cells each)."""
-    table = backends.seed(bc.resolve("kl"), 0.05)
+    table = backends.seed(solver_plan(bc.resolve("kl")), 0.05)
     assert table.cells.shape[0] == 6320
     assert round(sum(array.nbytes for array in table.arrays()) / 1000) == 304
 
@@ -55,13 +57,13 @@ def test_kl_seed_error():
     """math §7: the KL seed's relative error in the offset d is below 2.8e-10 over 20,000 log-uniform L in
     [2^-40, 704] at δ = 1e-4, 0.05 and 2 (against KL's own 4-step solver, itself within 1e-14)."""
     div = bc.resolve("kl")
-    module = backends.solver_module("numpy", div, "kl")
+    module = backends.solver_module(solver_plan(div), "numpy")
     L = np.exp(np.random.default_rng(0).uniform(np.log(2.0**-40), np.log(704.0), 20_000))
     log_p = -L
     log_q = np.log(-np.expm1(log_p))
     for delta in (1e-4, 0.05, 2.0):
         with np.errstate(all="ignore"):
-            seeded = np.logaddexp(0.0, -interpolate(L, *backends.seed(div, delta).numpy_arrays()))
+            seeded = np.logaddexp(0.0, -interpolate(L, *backends.seed(solver_plan(div), delta).numpy_arrays()))
             log_r, log_s = module.kl_upper_root(log_p, log_q, delta)
         exact = log_r - log_s
         error = np.abs(seeded - exact) / exact
@@ -73,7 +75,7 @@ def test_kl_four_steps_reach_the_oracle():
     """math §7: KL's unseeded 4 Halley/Newton steps are within 1e-14 (contract measure) of the 50-digit oracle at
     60 random points of log p in [-1e4, 0) (log-uniform in |log p| from 1e-14) and δ in [1e-8, 10]."""
     div = bc.resolve("kl")
-    module = backends.solver_module("numpy", div, "kl")
+    module = backends.solver_module(solver_plan(div), "numpy")
     rng = np.random.default_rng(3)
     log_p = -np.exp(rng.uniform(np.log(1e-14), np.log(1e4), 60))
     deltas = np.exp(rng.uniform(np.log(1e-8), np.log(10.0), 60))
@@ -104,10 +106,11 @@ def test_one_evaluation_rates(name, after_one):
     evaluation of G per root from the seed, at least 99.8 % after two; from the small-δ start fewer than 5 %
     within two."""
     div = bc.resolve(name)
-    module = backends.solver_module("numpy", div, "generic")
+    plan = solver_plan(div, generic=True)
+    module = backends.solver_module(plan, "numpy")
     log_p = llm_like_log_probs(20_000, seed=0).astype(np.float64)
     log_q = np.log(-np.expm1(log_p))
-    seed = backends.seed(div, 0.05, "generic").numpy_arrays()
+    seed = backends.seed(plan, 0.05).numpy_arrays()
     assert round(100 * _finished(module, log_p, log_q, 0.05, seed, 1), 1) == after_one
     assert _finished(module, log_p, log_q, 0.05, seed, 2) >= 0.998
     assert _finished(module, log_p, log_q, 0.05, seed, 2, seeded=False) < 0.05

@@ -7,7 +7,6 @@ Oracle values are computed once per session (mpmath, ~0.05 s per point).
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import mpmath as mp
@@ -17,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bandcore import Divergence, band_log, get_divergence
+from bandcore.derive import solver_plan
 from bandcore.divergences.catalogue import CATALOGUE as CATALOGUE_ENTRIES
-from bandcore.kernels import backends
+from bandcore.kernels import backends, compiled
 from bandcore.kernels.seeds import NO_SEED
 from bandcore.oracle import band_log_mp
 
@@ -237,16 +237,16 @@ def test_bounds_solve_the_band_equation(key, log_p, delta):
 @pytest.mark.parametrize("key", ["kl", "tv", "pearson"])
 def test_generic_solver_on_specialised_divergences(key, seeded):
     torch = pytest.importorskip("torch")
-    div = _divergence(key)
+    plan = solver_plan(_divergence(key), generic=True)
     for delta in DELTAS:
         ref_lower, ref_upper = oracle(key, LOG_P, delta)
-        at_one = backends.lower_at_one(div, delta)
-        seed = backends.seed(div, delta, "generic") if seeded else NO_SEED
+        at_one = backends.lower_at_one(plan, delta)
+        seed = backends.seed(plan, delta) if seeded else NO_SEED
         with np.errstate(all="ignore"):
-            numpy_result = backends.solver_module("numpy", div, "generic").generic_bounds(
+            numpy_result = backends.solver_module(plan, "numpy").generic_bounds(
                 LOG_P, delta, at_one, seed.numpy_arrays()
             )
-        torch_result = backends.solver_module("torch", div, "generic").generic_bounds(
+        torch_result = backends.solver_module(plan, "torch").generic_bounds(
             torch.from_numpy(LOG_P), delta, at_one, seed.torch_arrays("cpu")
         )
         for lower, upper, _ in (numpy_result, (t.numpy() for t in torch_result)):
@@ -259,14 +259,14 @@ def test_generic_solver_on_specialised_divergences(key, seeded):
 @pytest.mark.parametrize("key", ["kl", "tv", "pearson"])
 def test_generic_numba_solver_on_specialised_divergences(key, seeded):
     """The generic Newton from its own start (no seed table) and from a seed table, against the oracle."""
-    div = _divergence(key)
-    module = backends.numba_module(div, "generic")
+    plan = solver_plan(_divergence(key), generic=True)
+    module = compiled.numba_module(plan)
     for delta in DELTAS:
         ref_lower, ref_upper = oracle(key, LOG_P, delta)
         lower, upper = np.empty_like(LOG_P), np.empty_like(LOG_P)
         status = np.empty(LOG_P.shape, dtype=np.int8)
-        seed = backends.seed(div, delta, "generic") if seeded else NO_SEED
-        module.band_kernel_log(LOG_P, delta, backends.lower_at_one(div, delta), lower, upper, status, seed.arrays())
+        seed = backends.seed(plan, delta) if seeded else NO_SEED
+        module.band_kernel_log(LOG_P, delta, backends.lower_at_one(plan, delta), lower, upper, status, seed.arrays())
         assert relative_errors(lower, ref_lower).max() <= TOLERANCE
         assert relative_errors(upper, ref_upper).max() <= TOLERANCE
 
@@ -297,11 +297,9 @@ def test_overflowing_far_evaluation_is_not_taken_for_convergence(backend):
 
 def test_torch_chunks_give_the_unchunked_result(monkeypatch):
     torch = pytest.importorskip("torch")
-    band_module = importlib.import_module("bandcore.band")  # bandcore.band itself is the public function
-
     x = -torch.logspace(-12, 2.8, 1000, dtype=torch.float64).reshape(10, 100)
     whole = band_log(x, "hellinger", 0.05, backend="torch")
-    monkeypatch.setitem(band_module.TORCH_CHUNK, "cpu", 64)
+    monkeypatch.setitem(backends.TORCH_CHUNK, "cpu", 64)
     chunked = band_log(x, "hellinger", 0.05, backend="torch")
     for a, b in zip(whole, chunked, strict=True):
         assert a.shape == b.shape == (10, 100)
@@ -373,11 +371,12 @@ def test_refined_pass_finishes_most_left_tokens_and_agrees_with_the_safeguarded_
     refined pass (one Newton step on the seed, then the seeded pass) must finish most of them, agree with the
     safeguarded solver where it does, and mark the rest NOT_CONVERGED, never a silent value."""
     div = get_divergence(name)
-    module = backends.solver_module("numpy", div)
+    plan = solver_plan(div)
+    module = backends.solver_module(plan, "numpy")
     delta = 0.05
     lp = -2.0 * np.random.default_rng(5).exponential(size=40_000)  # many tokens around both thresholds
-    seed = backends.seed(div, delta).numpy_arrays()
-    at_one = backends.lower_at_one(div, delta)
+    seed = backends.seed(plan, delta).numpy_arrays()
+    at_one = backends.lower_at_one(plan, delta)
     with np.errstate(all="ignore"):
         _, _, status, d_up, d_lo = module.generic_polished_bounds(lp, delta, at_one, *module.seed_pair(lp, seed))
         redo = status == module.NOT_CONVERGED

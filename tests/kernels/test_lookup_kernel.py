@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bandcore.kernels.backends import run_lookup
+from bandcore.kernels.lookup_drivers import run_lookup
 from bandcore.tables import BandTable
 
 #: kinds (lower, upper): kl (2, 0), neyman (3, 0), hellinger and tv (4, 0), js (4, 5); reverse_kl (4, 5) with a

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import bandcore as bc
+from bandcore.derive import solver_plan
 from bandcore.kernels import backends, seeds
 from bandcore.kernels.lookup import interpolate
 from bandcore.oracle import band_log_mp
@@ -20,6 +21,11 @@ from benchmarks.bench import llm_like_log_probs
 
 USER = ["(u-1)**4 + (u-1)**2", "u*log(u) - u + 1 + (sqrt(u) - 1)**2"]
 FRACTIONAL = ["alpha(0.7)", "u**(5/2) - 5*u/2 + 3/2"]
+
+
+def _plan(div, kind=None):
+    """The plan of ``div``'s solver; ``kind="generic"``: of the generic solver."""
+    return solver_plan(div, generic=kind == "generic")
 
 
 def _exact_offset(module, kind: str, L: np.ndarray, delta: float) -> np.ndarray:
@@ -41,9 +47,9 @@ def test_seed_is_close_to_the_root(name, kind, bound):
     div = bc.resolve(name)
     L = np.exp(np.random.default_rng(0).uniform(np.log(2.0**-40), np.log(704.0), 4000))
     for delta in (1e-4, 0.05, 0.5):
-        module = backends.solver_module("numpy", div, kind)
+        module = backends.solver_module(_plan(div, kind), "numpy")
         with np.errstate(all="ignore"):
-            d_seed = np.logaddexp(0.0, -interpolate(L, *backends.seed(div, delta, kind).numpy_arrays()))
+            d_seed = np.logaddexp(0.0, -interpolate(L, *backends.seed(_plan(div, kind), delta).numpy_arrays()))
         d = _exact_offset(module, kind, L, delta)
         assert not np.any(np.isfinite(d_seed) & np.isnan(d)), "a seed where the root saturates"
         error = np.abs(d_seed - d) / d
@@ -59,10 +65,10 @@ def test_seeded_generic_newton_stops_within_few_steps(name):
     >= 99.9 % after eight (the rest lie next to a saturation threshold, where the seed is rough); from the
     small-δ start almost none within two."""
     div = bc.resolve(name)
-    module = backends.solver_module("numpy", div, "generic")
+    module = backends.solver_module(_plan(div, "generic"), "numpy")
     log_p = llm_like_log_probs(4000, seed=1).astype(np.float64)
     log_q = np.log(-np.expm1(log_p))
-    seed = backends.seed(div, 0.05, "generic").numpy_arrays()
+    seed = backends.seed(_plan(div, "generic"), 0.05).numpy_arrays()
     try:
         done_within = {}
         for steps in (1, 2, 8, 96):
@@ -116,18 +122,19 @@ def test_seeded_solver_meets_the_contract_on_user_generators(name, backend):
 def test_user_seed_is_cached_on_disk_and_a_damaged_file_is_rebuilt(tmp_path, monkeypatch):
     monkeypatch.setenv("BANDCORE_CACHE", str(tmp_path))
     div = bc.resolve(USER[0])
-    module = backends.solver_module("numpy", div, "generic")
+    plan = _plan(div, "generic")
+    module = backends.solver_module(plan, "numpy")
     delta = 0.0371
-    fresh = seeds.seed_table.__wrapped__(module, "generic", div, delta)
+    fresh = seeds.seed_table(module, plan, delta)
     files = list((tmp_path / "seeds").glob("*.npz"))
     assert len(files) == 1
-    again = seeds.seed_table.__wrapped__(module, "generic", div, delta)  # read from the file
+    again = seeds.seed_table(module, plan, delta)  # read from the file
     np.testing.assert_array_equal(again.cells, fresh.cells)
     files[0].write_bytes(b"not an npz file")
-    rebuilt = seeds.seed_table.__wrapped__(module, "generic", div, delta)
+    rebuilt = seeds.seed_table(module, plan, delta)
     np.testing.assert_array_equal(rebuilt.cells, fresh.cells)
     np.savez(files[0], values=np.zeros(3), slopes=np.zeros(3))  # a relabelled file of the wrong shape
-    np.testing.assert_array_equal(seeds.seed_table.__wrapped__(module, "generic", div, delta).cells,
+    np.testing.assert_array_equal(seeds.seed_table(module, plan, delta).cells,
                                   fresh.cells)  # fmt: skip
 
 
@@ -160,13 +167,13 @@ def test_polished_pass_finishes_most_tokens_and_agrees_with_the_safeguarded_solv
     finish almost every token itself (else the speed comes from nowhere), and what it finishes must agree with
     the safeguarded solver to the last bits; the rest is marked NOT_CONVERGED, never a silent value."""
     div = bc.resolve(name)
-    kind = backends.solver_kind(div)
-    module = backends.solver_module("numpy", div)
+    kind = solver_plan(div).kind
+    module = backends.solver_module(solver_plan(div), "numpy")
     delta = 0.05
     lp = llm_like_log_probs(20_000, 1).astype(np.float64)
     lp = np.concatenate([lp, [0.0, -np.inf, np.nan, -750.0, -1e-14]])
-    seed = backends.seed(div, delta).numpy_arrays()
-    at_one = backends.lower_at_one(div, delta)
+    seed = backends.seed(solver_plan(div), delta).numpy_arrays()
+    at_one = backends.lower_at_one(solver_plan(div), delta)
     with np.errstate(all="ignore"):
         polished = getattr(module, module.POLISHED[kind])
         lower, upper, status = polished(lp, delta, at_one, *module.seed_pair(lp, seed))[:3]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bandcore import BandTable
-from bandcore.derive.mpmath_g import g_ratio
+from bandcore.derive.generator_facts.mpmath_g import g_ratio
 from bandcore.divergences import resolve
 from bandcore.oracle import reference_band_log
 from bandcore.tables import BandTable2D, rel_log_error

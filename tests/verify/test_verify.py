@@ -8,7 +8,7 @@ import pytest
 
 import bandcore as bc
 from bandcore.cli import main
-from bandcore.derive.symbolic import U, facts
+from bandcore.derive.generator_facts.symbolic import U, facts
 from bandcore.divergences import Divergence, resolve
 from bandcore.verify import NotDCPError, VerificationReport, VerificationRow, dcp_generator, summary_line, verify
 

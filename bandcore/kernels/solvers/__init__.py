@@ -2,8 +2,9 @@ r"""The Band solvers, written once against the element-wise namespace ``xp`` (se
 
 This package is the single source of the solver arithmetic, in :data:`PARTS`: :mod:`.common` (status codes,
 input conventions, seed reads, the registry :data:`.common.ENTRY_POINTS` / :data:`.common.POLISHED`),
-:mod:`.generic` (the safeguarded Newton for any generator), :mod:`.kl` (KL's Halley solver), :mod:`.seeded`
-(the branch-free seeded passes run first) and :mod:`.closed` (TV and Pearson).  :mod:`bandcore.kernels.binding`
+:mod:`.generator` (the functions and constants of a generator, which a generic plan supplies), :mod:`.generic`
+(the safeguarded Newton for any generator), :mod:`.kl` (KL's Halley solver), :mod:`.seeded`
+(the branch-free seeded passes run first) and :mod:`.closed` (TV and Pearson).  :mod:`bandcore.kernels.sources`
 concatenates the parts into one module per backend: NumPy arrays, torch tensors (``xp`` bound to
 :data:`..ops.numpy_ops` or :func:`..ops.torch_ops`), or Numba scalars (a generated file whose ``xp`` is
 :mod:`..numba_fast_ops`); the per-divergence globals of :mod:`.generic` are bound per instance.
@@ -26,7 +27,20 @@ positive, 0, -inf included: :func:`.common.finish` applies the conventions once)
 
 from __future__ import annotations
 
-from . import closed, common, generic, kl, seeded
+from types import ModuleType
+
+from . import closed, common, generator, generic, kl, seeded
 
 #: The source modules, in the order they are concatenated (each reads only names defined before it).
-PARTS = (common, generic, kl, seeded, closed)
+PARTS = (common, generator, generic, kl, seeded, closed)
+
+
+def parts(kind: str) -> tuple[ModuleType, ...]:
+    """The parts of a solver module for a plan of ``kind``: :data:`PARTS`, for a generic plan without
+    :mod:`.generator` (the plan supplies its functions and constants)."""
+    return tuple(part for part in PARTS if kind != "generic" or part is not generator)
+
+
+def constants(plan) -> dict[str, float]:
+    """A generic plan's constants (:class:`bandcore.plan.SolverPlan`) by the names of :mod:`.generator`."""
+    return {"F_AT_ZERO": plan.f_at_zero, "SLOPE_AT_INFINITY": plan.slope_at_infinity, "F2": plan.f2, "KINK": plan.kink}

@@ -11,7 +11,7 @@ transcendentals per token, and more accurate than ``exp`` of a log bound, whose 
 
 from __future__ import annotations
 
-from ..ops import numpy_ops as xp  # rebound per backend by ..binding
+from ..ops import numpy_ops as xp  # rebound per backend by ..sources
 from .common import CONVERGED, LOG_P_TINY, SATURATED, finish, finish_ratio
 
 

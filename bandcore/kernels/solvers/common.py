@@ -10,7 +10,8 @@ from __future__ import annotations
 from bandcore._contract import LOG_P_TOLERANCE as TOL  # absolute: kept in every bound copy of this source
 
 from ..lookup import interpolate
-from ..ops import numpy_ops as xp  # rebound per backend by ..binding
+from ..ops import numpy_ops as xp  # rebound per backend by ..sources
+from ..slots import LEFT_END, RIGHT_END, SEED_SATURATED_TO, SEED_UNDECIDED_TO
 
 #: Below this log p, p is (near-)subnormal: r, s and q are built from logarithms.
 LOG_P_TINY = -700.0
@@ -61,12 +62,13 @@ def _mark_unseeded(lp, seeded, status):
 
 def seed_log_w(L, seed):
     """log w, w = 1/(e^d - 1), at the upper root of the token p = e^-L from the seed table (:mod:`.seeds`);
-    NaN outside its range.  -inf (w = 0, d = inf) where the root saturates: L <= fm[5]; NaN in the band
-    (fm[5], fm[6]] around the saturation threshold, where only G(inf) itself can tell (:mod:`.seeds`)."""
+    NaN outside its range.  -inf (w = 0, d = inf) where the root saturates: L <= fm[SEED_SATURATED_TO]; NaN in
+    the band up to fm[SEED_UNDECIDED_TO] around the saturation threshold, where only G(inf) itself can tell
+    (:mod:`..seeds`)."""
     fm = seed[0]
-    inside = xp.logical_and(L >= fm[0], L <= fm[1])
+    inside = xp.logical_and(L >= fm[LEFT_END], L <= fm[RIGHT_END])
     value = xp.where(inside, interpolate(L, seed[0], seed[1], seed[2], seed[3], seed[4]), xp.nan)
-    return xp.where(L <= fm[5], -xp.inf, xp.where(L <= fm[6], xp.nan, value))
+    return xp.where(L <= fm[SEED_SATURATED_TO], -xp.inf, xp.where(L <= fm[SEED_UNDECIDED_TO], xp.nan, value))
 
 
 def seed_offset(L, seed):

@@ -17,13 +17,14 @@ check it on points 1e-10 from every saturation threshold).  A root must also sat
 a token that does not (its iteration ran out, or its bracket closed on an overflow of f) gets NaN and status
 ``NOT_CONVERGED``, never a silent value.
 
-The per-divergence globals (``phi_r dphi_r f_s k_s`` and their logarithms, the constants below) are bound per
-instance by :mod:`bandcore.kernels.backends`.
+The generator's functions (``phi_r dphi_r f_s k_s`` and their logarithms) and constants come from :mod:`.generator`,
+whose place a generic plan takes in every bound instance (:mod:`bandcore.kernels.vectorised`,
+:mod:`bandcore.kernels.compiled`).
 """
 
 from __future__ import annotations
 
-from ..ops import numpy_ops as xp  # rebound per backend by ..binding
+from ..ops import numpy_ops as xp  # rebound per backend by ..sources
 from .common import (
     CONVERGED,
     LOG_P_TINY,
@@ -33,13 +34,20 @@ from .common import (
     finish,
     seed_offset,
 )
-
-# per-divergence globals of the generic solver, bound by ..backends
-phi_r = dphi_r = f_s = k_s = log_f_s = log_k_s = log_phi_r = log_dphi_r = None
-F_AT_ZERO = 0.0  # f̃(0+)  (inf: the lower bound never saturates)
-SLOPE_AT_INFINITY = 0.0  # σ∞ = lim f̃(u)/u
-F2 = 0.0  # f̃''(1) (0 for a kink)
-KINK = 0.0  # f̃'(1+) - f̃'(1-)
+from .generator import (  # the generator's functions and constants: a generic plan's in every bound instance
+    F2,
+    F_AT_ZERO,
+    KINK,
+    SLOPE_AT_INFINITY,
+    dphi_r,
+    f_s,
+    k_s,
+    log_dphi_r,
+    log_f_s,
+    log_k_s,
+    log_phi_r,
+    phi_r,
+)
 
 #: Iteration budget of the generic solver (every catalogue divergence needs <= 72 next to its thresholds).
 MAX_ITERATIONS = 96

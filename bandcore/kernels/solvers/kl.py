@@ -10,7 +10,7 @@ tested).  KL never saturates.
 
 from __future__ import annotations
 
-from ..ops import numpy_ops as xp  # rebound per backend by ..binding
+from ..ops import numpy_ops as xp  # rebound per backend by ..sources
 from .common import CONVERGED, LOG_P_TINY, SATURATED, _regular, finish
 
 #: Fixed number of Halley steps of the KL solver.

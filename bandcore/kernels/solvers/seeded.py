@@ -14,14 +14,12 @@ tokens after the polished pass, 1527 / 775 / 456 / 112 after 1 / 2 / 3 / 4 refin
 
 The generic root is evaluated from the seed's log w itself (:func:`seeded_cells`: 3 transcendentals where
 the offset d took 7), and saturation is read off the seed table (log w = -inf, :func:`.common.seed_log_w`)
-instead of evaluating G(∞) = Φ(1/p) + (1-p)f̃(0) per root.  Measured (1 thread, CPU time, median of 5
-interleaved rounds, ``/tmp``-copy of ``scripts/ab_speed.py``): tokens the polished pass finishes, js 86.7 ->
-51.1 ns/token, alpha(0.7) 102.0 -> 68.4, hellinger 66.9 -> 45.1.
+instead of evaluating G(∞) = Φ(1/p) + (1-p)f̃(0) per root (the speed-up measured: ``docs/kernel_measurements.md``).
 """
 
 from __future__ import annotations
 
-from ..ops import numpy_ops as xp  # rebound per backend by ..binding
+from ..ops import numpy_ops as xp  # rebound per backend by ..sources
 from .common import CONVERGED, LOG_P_TINY, SATURATED, _mark_unseeded, _regular, finish
 from .generic import g_and_slope_of
 from .kl import _kl_finish, phi
@@ -106,8 +104,7 @@ def kl_polish(p, pc, log_w, delta):
     """(log r, log s) at the root from a start log w within ~1e-7 of it: one Halley correction in d, applied to
     log r and log s through their Taylor expansions (d log r/dd = 1-q, d log s/dd = -q, both second
     derivatives -q(1-q)): the cells are evaluated once, from log w (:func:`seeded_cells`: three
-    transcendentals per root where computing log s through log(pE) took six; Numba, 1 thread, 1M tokens,
-    median of 7 interleaved rounds: 45.3 -> 32.1 ns/token on llm tokens, 44.5 -> 31.9 on mid)."""
+    transcendentals per root where computing log s through log(pE) took six: ``docs/kernel_measurements.md``)."""
     (x, log_r, _, y, log_s, s, _), _ = seeded_cells(p, pc, log_w)  # r - 1, log r, s - 1, log s, s: 3 transcendentals
     h = p * phi(x, log_r) + pc * phi(y, log_s) - delta
     one_minus_q = pc * s

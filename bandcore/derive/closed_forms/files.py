@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 
-from .._progress import progress as progress_bar
-from ..divergences import Divergence
+from ..._progress import progress as progress_bar
+from ...divergences import Divergence
 from .derivation import _derive, catalogue
 from .report import VERIFIED_BEGIN, VERIFIED_END, index, slug
 
@@ -123,7 +123,7 @@ def packaged_directory() -> Path | None:
 
 def source_tree_directory() -> Path | None:
     """``derivations/`` next to the package in a source checkout (with its ``pyproject.toml``), else None."""
-    top = Path(__file__).resolve().parents[2]
+    top = Path(__file__).resolve().parents[3]
     folder = top / "derivations"
     return folder if folder.is_dir() and (top / "pyproject.toml").is_file() else None
 

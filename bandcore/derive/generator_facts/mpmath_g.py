@@ -5,7 +5,7 @@ For a token with old probability :math:`p` and ratio :math:`r`, with :math:`s = 
 .. math::  g_f(p, r) = p\,\tilde f(r) + (1-p)\,\tilde f(s), \qquad \tilde f(u) = f(u) - f'(1)(u - 1) \ge 0,
 
 and :math:`g_f = \infty` where :math:`s < 0` (:math:`r > 1/p` leaves the simplex).  :math:`\tilde f` is
-:attr:`~bandcore.derive.symbolic.Facts.f_normalised` lambdified to mpmath; :math:`\tilde f(0) = \tilde f(0^+)`
+:attr:`.symbolic.Facts.f_normalised` lambdified to mpmath; :math:`\tilde f(0) = \tilde f(0^+)`
 (possibly :math:`\infty`) is substituted at :math:`u = 0`.  At :math:`p = 1` the perspective convention
 :math:`0 \cdot \tilde f(x/0) = x\,\sigma_\infty`, :math:`\sigma_\infty = \lim_{u\to\infty}\tilde f(u)/u`, makes every
 bound continuous as :math:`p \to 1`.
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import mpmath as mp
 
-from ..divergences import Divergence, GeneratorError
+from ...divergences import Divergence, GeneratorError
 from .budget import BudgetExceeded, bounded, time_limit
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,7 +56,7 @@ _CONSTANT_DPS = 80
 
 def refuse_unless_done(fn: Callable[[], Any], seconds: float, what: str) -> Any:
     """``fn()`` under a time budget, or a :class:`~bandcore.divergences.GeneratorError` saying ``what`` could not be
-    done: when SymPy runs past ``seconds`` (or the overall :func:`~bandcore.derive.budget.deadline`), fails on the
+    done: when SymPy runs past ``seconds`` (or the overall :func:`.budget.deadline`), fails on the
     expression, or finds it too deeply nested.  The generator is then refused rather than left to hang."""
     try:
         with time_limit(seconds):
@@ -74,7 +74,7 @@ def refuse_unless_done(fn: Callable[[], Any], seconds: float, what: str) -> Any:
 
 
 def checked_facts(div: Divergence, seconds: float = FACTS_SECONDS) -> Facts:
-    """:func:`~bandcore.derive.symbolic.facts` under a time budget (:func:`refuse_unless_done`)."""
+    """:func:`~bandcore.derive.generator_facts.symbolic.facts` under a time budget (:func:`refuse_unless_done`)."""
     from .symbolic import facts  # SymPy is loaded on first use only: importing this module stays light
 
     what = f"{div.name}: SymPy could not derive f'(1), f̃(0+) and lim f̃(u)/u of this generator"

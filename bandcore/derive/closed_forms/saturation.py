@@ -23,11 +23,11 @@ from typing import Any
 import mpmath as mp
 import sympy as sp
 
-from ..divergences import Divergence
-from .budget import bounded
+from ...divergences import Divergence
+from ..generator_facts.budget import bounded
+from ..generator_facts.symbolic import Facts, U
 from .reduction import DELTA, P, on_side
 from .roots import SIMPLIFY_SECONDS, solve_closed, tidy
-from .symbolic import Facts, U
 from .validate import boundary_root, lambdify_mp, threshold_ok
 
 __all__ = ["Saturation", "boundary_values", "saturation"]

@@ -22,8 +22,8 @@ from typing import Any
 import mpmath as mp
 import sympy as sp
 
-from ..divergences import Divergence
-from ..divergences.grammar import Node, evaluate
+from ...divergences import Divergence
+from ...divergences.grammar import Node, evaluate
 from .branches import DPS, active_branch, numeric_at_zero, numeric_slope_at_infinity
 from .budget import bounded
 

@@ -24,17 +24,17 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
-from .._progress import progress as progress_bar
-from ..divergences import Divergence, GeneratorError, list_divergences, resolve
-from .budget import available, deadline
+from ..._progress import progress as progress_bar
+from ...divergences import Divergence, GeneratorError, list_divergences, resolve
+from ..generator_facts.budget import available, deadline
+from ..generator_facts.mpmath_g import checked_facts, mp_generator
+from ..generator_facts.symbolic import Facts
 from .cells import piecewise_bound
 from .limits import LIMIT_KEYS, asymptotic_root, limits, series
-from .mpmath_g import checked_facts, mp_generator
 from .powers import power_law_bound
 from .reduction import DELTA, R, binary, display_g, on_side
 from .roots import real_form, solve_closed, tidy
 from .saturation import Saturation, boundary_values, saturation
-from .symbolic import Facts
 from .validate import validate_branch
 
 __all__ = ["ALPHA_EXTRA", "DERIVE_SECONDS", "STEPS", "Derivation", "catalogue", "derive"]
@@ -79,7 +79,7 @@ class Derivation:
     limit_equation : sympy.Expr or None
         :math:`q\sigma_\infty + \tilde f(1 - q) - \delta` (the p → 0 equation in ``Q``), when derived.
     facts : Facts
-        The exact facts of the generator (:func:`~bandcore.derive.symbolic.facts`).
+        The exact facts of the generator (:func:`~bandcore.derive.generator_facts.symbolic.facts`).
     """
 
     divergence: Divergence

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .budget import bounded
+from ..generator_facts.budget import bounded
+from ..generator_facts.symbolic import U
 from .reduction import DELTA, P
-from .symbolic import U
 
 __all__ = ["power_law_bound"]
 

@@ -19,8 +19,8 @@ import numpy as np
 import sympy as sp
 from sympy.codegen.rewriting import optimize, optims_c99
 
-from ..divergences import Divergence
-from .symbolic import U, facts
+from ...divergences import Divergence
+from ..generator_facts.symbolic import U, facts
 
 __all__ = ["TablePieces", "table_pieces"]
 

@@ -23,9 +23,9 @@ from typing import Any
 import mpmath as mp
 import sympy as sp
 
-from ..divergences import Divergence
-from .budget import bounded, expired
-from .mpmath_g import g_boundary, g_ratio
+from ...divergences import Divergence
+from ..generator_facts.budget import bounded, expired
+from ..generator_facts.mpmath_g import g_boundary, g_ratio
 from .reduction import DELTA, P
 
 __all__ = [

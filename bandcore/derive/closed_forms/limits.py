@@ -27,10 +27,10 @@ from typing import Any
 import mpmath as mp
 import sympy as sp
 
-from .budget import bounded
+from ..generator_facts.budget import bounded
+from ..generator_facts.symbolic import Facts, U
 from .reduction import DELTA, P, Q, on_side
 from .roots import SIMPLIFY_SECONDS, SOLVE_SECONDS, solve_closed, tidy
-from .symbolic import Facts, U
 from .validate import DELTA_GRID, DPS, MATCH, evaluate, find_root, lambdify_mp
 
 __all__ = ["LIMIT_KEYS", "asymptotic_root", "limits", "series", "series_coefficients"]

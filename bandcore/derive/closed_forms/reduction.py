@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from .budget import bounded
-from .symbolic import Facts, U
-from .symbolic import on_side as symbolic_on_side
+from ..generator_facts.budget import bounded
+from ..generator_facts.symbolic import Facts, U
+from ..generator_facts.symbolic import on_side as symbolic_on_side
 
 __all__ = ["DELTA", "P", "Q", "R", "binary", "display_g", "on_side", "transcendental_atoms"]
 
@@ -44,7 +44,7 @@ def on_side(expr: sp.Expr, side: str) -> sp.Expr | None:
     """``expr`` (in u) with every ``Abs``, ``Min``, ``Max`` and ``where`` resolved for u > 1 (``side='gt'``) or
     0 < u < 1 (``'lt'``).
 
-    Pieces that switch at u = 1 are resolved by :func:`~bandcore.derive.symbolic.on_side`; the sign of each
+    Pieces that switch at u = 1 are resolved by :func:`~..generator_facts.symbolic.on_side`; the sign of each
     remaining ``Abs`` argument is read on a dense grid of that side.  ``None`` if one changes sign there (a kink
     away from u = 1), a piecewise part remains, or the expression cannot be evaluated.
     """

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sympy as sp
 from sympy.solvers.solvers import unrad
 
-from .budget import bounded
+from ..generator_facts.budget import bounded
 from .reduction import DELTA, P, transcendental_atoms
 
 __all__ = ["MAX_DEGREE", "SIMPLIFY_MAX_OPS", "SIMPLIFY_SECONDS", "SOLVE_SECONDS", "real_form", "solve_closed", "tidy"]

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import sympy as sp
 
-from ..divergences import Divergence
-from .mpmath_g import checked_facts
+from ...divergences import Divergence
+from ..generator_facts.mpmath_g import checked_facts
+from ..generator_facts.symbolic import Facts
 from .saturation import Saturation
-from .symbolic import Facts
 
 if TYPE_CHECKING:  # pragma: no cover - the one direction: derivation calls report, report only names its type
     from .derivation import Derivation

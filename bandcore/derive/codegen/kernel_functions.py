@@ -28,13 +28,13 @@ Rules of the rewriting (each one for a numerical reason):
 * Expressions of the form :math:`x^k R(u)` with :math:`R(1) \ne 0` cannot cancel near :math:`u = 1`
   and get no Taylor branch.
 * Last, a power :math:`u^a` whose exponent is neither an integer nor :math:`\pm 1/2` becomes :math:`e^{aL}`
-  (:math:`t^a` becomes :math:`e^{-aL}`): a ``pow`` call keeps the Numba loops from vectorising (α = 0.7:
-  560 -> 150–190 ns per token on one thread), and the logarithm is already at hand.
+  (:math:`t^a` becomes :math:`e^{-aL}`): a ``pow`` call keeps the Numba loops from vectorising (α = 0.7 ran about
+  three times slower: ``docs/kernel_measurements.md``), and the logarithm is already at hand.
 """
 
 from __future__ import annotations
 
-import math
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,13 +42,14 @@ from functools import lru_cache
 
 import sympy as sp
 
-from ..divergences import Divergence
-from .mpmath_g import checked_facts, refuse_unless_done
+from ...divergences import Divergence
+from ...plan import VECTORISED_NAMES, GeneratedFunction
+from ..generator_facts.mpmath_g import checked_facts, refuse_unless_done
+from ..generator_facts.symbolic import U, on_side
 from .overflow import safe_log_abs, safe_value
 from .selects import X, holds_near_one, last_piece, pieces_of, selected
-from .symbolic import U, on_side
 
-__all__ = ["TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generator_functions", "side_callables"]
+__all__ = ["FAR_X", "TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generated_function", "generator_functions"]
 
 #: Symbols of the generated functions: x = u - 1, L = log u, u; and t = 1/u, y = x/u (far branch, u > 2).
 L, UU, T, Y = sp.symbols("L u t y", real=True)
@@ -62,8 +63,6 @@ TAYLOR_RADIUS = 0.1
 #: On the r side, x above this uses the expression in t = 1/u, y = 1 - t (no overflow, even at u = inf).
 FAR_X = 1.0
 
-#: Names of the four functions, in the order the solvers use them.
-FUNCTION_NAMES = ("phi_r", "dphi_r", "f_s", "k_s", "log_f_s", "log_k_s", "log_phi_r", "log_dphi_r")
 
 
 @dataclass(frozen=True)
@@ -360,41 +359,26 @@ def _generator_functions(div: Divergence) -> GeneratorFunctions:
     )
 
 
-def _elementwise(pairwise: Callable) -> Callable:
-    """A variadic element-wise max/min (the printed ``max(a, b, c)`` of SymPy's Max) from a pairwise one."""
-
-    def reduce(first, *rest):
-        for value in rest:
-            first = pairwise(first, value)
-        return first
-
-    return reduce
+#: What the vectorised sources are printed against: the names a plan's sources may call (values are bound by the
+#: kernels; lambdify's printer reads the names only)
+_PRINTED_NAMES = dict.fromkeys(VECTORISED_NAMES)
 
 
-def _side_callable(fn: SideFunction, xp) -> Callable:
-    """``fn`` as an element-wise function of (x, L, u) in the namespace ``xp`` (see bandcore.kernels.ops)."""
-    names = {"exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "Abs": xp.abs, "abs": xp.abs, "pi": math.pi, "E": math.e,
-             "log1p": xp.log1p, "expm1": xp.expm1, "xp": xp,
-             "max": _elementwise(xp.maximum), "min": _elementwise(xp.minimum),
-             **{name: getattr(xp, name) for name in ("sinh", "cosh", "tanh", "asinh", "acosh", "atanh")}}
-    closed = sp.lambdify((X, L, UU), fn.closed, modules=[names], cse=True)
-    taylor = None if fn.taylor is None else sp.lambdify(X, fn.taylor, modules=[names])
-    far = None if fn.far is None else sp.lambdify((T, Y, L, X), fn.far, modules=[names], cse=True)
-
-    def evaluate(x, log_u, u):
-        value = closed(x, log_u, u) + xp.minimum(xp.abs(x), 0.0)  # broadcast constants (0 even for x = inf)
-        if taylor is not None:
-            value = xp.where(xp.abs(x) < TAYLOR_RADIUS, taylor(x), value)
-        if far is not None:
-            t = 1.0 / u
-            value = xp.where(x > FAR_X, far(t, 1.0 - t, log_u, x), value)
-            value = xp.where(xp.logical_and(u == math.inf, xp.isnan(value)), fn.at_infinity, value)  # 0*log(inf)
-        return value
-
-    return evaluate
+def _vectorised_source(expr: sp.Expr, args, name: str, cse: bool) -> str:
+    """``def name(*args)``: SymPy's lambdify printer's source of ``expr`` against :data:`_PRINTED_NAMES`."""
+    function = sp.lambdify(args, expr, modules=[_PRINTED_NAMES], cse=cse)
+    source = inspect.getsource(function)
+    return source.replace("def _lambdifygenerated(", f"def {name}(", 1)
 
 
-def side_callables(div: Divergence, xp) -> dict[str, Callable]:
-    """The functions ``phi_r dphi_r f_s k_s log_f_s log_k_s`` of a divergence as element-wise callables in ``xp``."""
-    gf = generator_functions(div)
-    return {fn.name: _side_callable(fn, xp) for fn in gf.functions}
+def generated_function(fn: SideFunction) -> GeneratedFunction:
+    """``fn`` as the plan carries it: its select-form source (compiled backends) and its closed, Taylor and far
+    forms as vectorised sources (NumPy, torch)."""
+    return GeneratedFunction(
+        name=fn.name,
+        select_source=fn.math_source(),
+        closed=_vectorised_source(fn.closed, (X, L, UU), "closed", cse=True),
+        taylor=None if fn.taylor is None else _vectorised_source(fn.taylor, X, "taylor", cse=False),
+        far=None if fn.far is None else _vectorised_source(fn.far, (T, Y, L, X), "far", cse=True),
+        at_infinity=None if fn.at_infinity is None else float(fn.at_infinity),
+    )

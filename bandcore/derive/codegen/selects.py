@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import sympy as sp
 
+from ..generator_facts.symbolic import U
 from .overflow import LogicalAnd, LogicalOr, Select
-from .symbolic import U
 
 #: the solvers' variable x = u - 1 (also :mod:`.kernel_functions`' x)
 X = sp.Symbol("x", real=True)

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from ..divergences import Divergence
-from .budget import bounded
-from .mpmath_g import checked_facts
-from .symbolic import U
+from ...divergences import Divergence
+from ..generator_facts.budget import bounded
+from ..generator_facts.mpmath_g import checked_facts
+from ..generator_facts.symbolic import U
 
 __all__ = ["DcpRewriting", "dcp_rewritings"]
 

@@ -30,13 +30,13 @@ import mpmath as mp
 import numpy as np
 import sympy as sp
 
-from ..divergences import Divergence
-from .branches import active_branch_at
-from .budget import bounded, expired
-from .mpmath_g import g_ratio
+from ...divergences import Divergence
+from ..generator_facts.branches import active_branch_at
+from ..generator_facts.budget import bounded, expired
+from ..generator_facts.mpmath_g import g_ratio
+from ..generator_facts.symbolic import U
 from .reduction import DELTA, P, R, binary
 from .roots import SOLVE_SECONDS, solve_closed, tidy
-from .symbolic import U
 from .validate import DPS, evaluate, lambdify_mp
 
 __all__ = ["breakpoints", "piecewise_bound"]

@@ -1,0 +1,211 @@
+r"""The solvers on whole arrays: a plan bound to NumPy or torch (:func:`build_module`), and the passes run on them.
+
+A solver module (:func:`build_module`) is the source of :mod:`.lookup` and of the parts of :mod:`.solvers`
+executed once per backend (:func:`.sources.vectorised_module`); for a generic plan its generator part is the
+plan's: the functions made callable from their sources (:func:`generator_functions`) and the constants.
+:func:`solve_arrays` runs the seeded pass on every token, then the refined pass and the safeguarded solver on the
+tokens it left.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ..plan import VECTORISED_NAMES, GeneratedFunction, SolverPlan
+from . import lookup, solvers
+from .ops import numpy_ops, torch_ops
+from .sources import vectorised_module
+
+__all__ = ["build_module", "can_select", "generator_functions", "solve_arrays", "solve_lower_at_one",
+           "solve_ratio_arrays", "solver_parts"]  # fmt: skip
+
+
+def solver_parts(kind: str) -> tuple[ModuleType, ...]:
+    """The source modules of a solver module: :mod:`.lookup`, then the parts of :mod:`.solvers` for ``kind``
+    (:func:`.solvers.parts`)."""
+    return (lookup, *solvers.parts(kind))
+
+
+def _xp(backend: str) -> Any:
+    return numpy_ops if backend == "numpy" else torch_ops()
+
+
+def build_module(plan: SolverPlan, backend: str) -> ModuleType:
+    """The solvers bound to ``backend`` ("numpy" or "torch") and, for a generic plan, to its generator; one module
+    per (backend, plan) in ``sys.modules`` (the other kinds share one per backend)."""
+    xp = _xp(backend)
+    if plan.kind != "generic":
+        return vectorised_module(solver_parts(plan.kind), xp, f"bandcore.kernels.solvers_{backend}", {})
+    given = {**generator_functions(plan, xp), **solvers.constants(plan)}
+    return vectorised_module(solver_parts("generic"), xp, f"bandcore.kernels.solvers_{backend}_{plan.key}", given)
+
+
+def _elementwise(pairwise: Callable) -> Callable:
+    """A variadic element-wise max/min (the printed ``max(a, b, c)`` of SymPy's Max) from a pairwise one."""
+
+    def reduce(first, *rest):
+        for value in rest:
+            first = pairwise(first, value)
+        return first
+
+    return reduce
+
+
+def _namespace(xp: Any) -> dict[str, Any]:
+    """What the vectorised sources of a plan call (:data:`bandcore.plan.VECTORISED_NAMES`), on ``xp``."""
+    names = {"exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "Abs": xp.abs, "abs": xp.abs, "pi": math.pi, "E": math.e,
+             "log1p": xp.log1p, "expm1": xp.expm1, "xp": xp, "max": _elementwise(xp.maximum),
+             "min": _elementwise(xp.minimum),
+             **{name: getattr(xp, name) for name in ("sinh", "cosh", "tanh", "asinh", "acosh", "atanh")}}  # fmt: skip
+    assert set(names) == set(VECTORISED_NAMES)
+    return {**names, "builtins": builtins, "range": range}
+
+
+def _compiled(source: str | None, name: str, where: str, namespace: dict[str, Any]) -> Callable | None:
+    """The function ``name`` defined by ``source`` (a plan's, checked to be plain arithmetic by
+    :func:`bandcore.plan.check_source`), with ``namespace`` as its globals."""
+    if source is None:
+        return None
+    scope = dict(namespace)
+    exec(compile(source, f"<{where}.{name}>", "exec"), scope)
+    return scope[name]
+
+
+def _side_function(fn: GeneratedFunction, plan: SolverPlan, namespace: dict[str, Any]) -> Callable:
+    """``fn`` as an element-wise function of (x, L, u): the closed expression, the Taylor polynomial where
+    :math:`|x|` < ``plan.taylor_radius``, the far form where :math:`x >` ``plan.far_x``."""
+    where = f"{plan.name}.{fn.name}"
+    closed = _compiled(fn.closed, "closed", where, namespace)
+    taylor = _compiled(fn.taylor, "taylor", where, namespace)
+    far = _compiled(fn.far, "far", where, namespace)
+    xp, radius, far_x, at_infinity = namespace["xp"], plan.taylor_radius, plan.far_x, fn.at_infinity
+
+    def evaluate(x, log_u, u):
+        value = closed(x, log_u, u) + xp.minimum(xp.abs(x), 0.0)  # broadcast constants (0 even for x = inf)
+        if taylor is not None:
+            value = xp.where(xp.abs(x) < radius, taylor(x), value)
+        if far is not None:
+            t = 1.0 / u
+            value = xp.where(x > far_x, far(t, 1.0 - t, log_u, x), value)
+            value = xp.where(xp.logical_and(u == math.inf, xp.isnan(value)), at_infinity, value)  # 0*log(inf)
+        return value
+
+    return evaluate
+
+
+def generator_functions(plan: SolverPlan, xp: Any) -> dict[str, Callable]:
+    """A generic plan's functions (:data:`bandcore.plan.GENERATOR_FUNCTIONS`) as element-wise callables on ``xp``."""
+    namespace = _namespace(xp)
+    return {fn.name: _side_function(fn, plan, namespace) for fn in plan.functions}
+
+
+def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple, *,
+                 fallback: bool = True) -> tuple:
+    """(log r_lo, log r_up, status) of a 1-D NumPy array or torch tensor with ``module`` (a :func:`solver_module`).
+
+    The seeded kinds run their branch-free polished pass (:data:`.solvers.common.POLISHED`) on every token, then on the
+    tokens it marked NOT_CONVERGED the :data:`.solvers.common.REFINED` pass (up to ``REFINE_PASSES`` times) and
+    the safeguarded solver: only those where selecting them costs no host synchronisation (NumPy, torch on the
+    CPU outside ``torch.compile``), else the safeguarded solver on every token, merged by a select.
+    ``fallback=False`` stops after the polished pass (the caller then solves the marked tokens itself).
+    """
+    solve = getattr(module, module.ENTRY_POINTS[kind])
+    if kind not in module.POLISHED:
+        return solve(lp, delta, at_one, seed)
+    xp = module.xp
+    lower, upper, status, *offsets = getattr(module, module.POLISHED[kind])(lp, delta, at_one,
+                                                                            *module.seed_pair(lp, seed))  # fmt: skip
+    if not fallback:
+        return lower, upper, status
+    redo = status == module.NOT_CONVERGED
+    if can_select(lp):
+        if bool(redo.any()):
+            lower, upper, status = lower + 0.0, upper + 0.0, status + 0.0  # own copies, written below
+            offsets = [d[redo] for d in offsets]
+            lower[redo], upper[redo], status[redo] = _refined_then_solve(module, kind, lp[redo], delta, at_one, seed,
+                                                                         offsets)  # fmt: skip
+        return lower, upper, status
+    lower_again, upper_again, status_again = solve(lp, delta, at_one, seed)
+    return xp.where(redo, lower_again, lower), xp.where(redo, upper_again, upper), xp.where(redo, status_again, status)
+
+
+def solve_ratio_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple) -> tuple:
+    """(r_lo, r_up, status) as :func:`solve_arrays`: the ratios themselves for the kinds that have a ratio form
+    (:data:`.solvers.common.RATIO_ENTRY_POINTS`), else exp of the log bounds."""
+    if kind in module.RATIO_ENTRY_POINTS:
+        return getattr(module, module.RATIO_ENTRY_POINTS[kind])(lp, delta, at_one, seed)
+    lower, upper, status = solve_arrays(module, kind, lp, delta, at_one, seed)
+    return module.xp.exp(lower), module.xp.exp(upper), status
+
+
+def _refined_then_solve(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple,
+                        offsets: list) -> tuple:
+    """The :data:`.solvers.common.REFINED` pass of ``kind`` (if any) from the polished pass's next ``offsets``,
+    again on what each pass left (up to ``REFINE_PASSES`` passes), then the safeguarded solver on the rest; for
+    the tokens the polished pass left (selected: NumPy or CPU tensors)."""
+    solve = getattr(module, module.ENTRY_POINTS[kind])
+    if kind not in module.REFINED:
+        return solve(lp, delta, at_one, seed)
+    refined = getattr(module, module.REFINED[kind])
+    lower, upper, status, d_up, d_lo = refined(lp, delta, at_one, *offsets)
+    left = status == module.NOT_CONVERGED
+    for _ in range(module.REFINE_PASSES - 1):
+        if not bool(left.any()):
+            return lower, upper, status
+        lower[left], upper[left], status[left], d_up[left], d_lo[left] = refined(lp[left], delta, at_one,
+                                                                                 d_up[left], d_lo[left])  # fmt: skip
+        left = status == module.NOT_CONVERGED
+    if bool(left.any()):
+        lower[left], upper[left], status[left] = solve(lp[left], delta, at_one, seed)
+    return lower, upper, status
+
+
+def can_select(array: Any) -> bool:
+    """Whether selecting elements of ``array`` by a mask costs no host synchronisation: a NumPy array, or a CPU
+    tensor outside ``torch.compile``."""
+    return isinstance(array, np.ndarray) or (array.device.type == "cpu" and not _compiling())
+
+
+def _compiling() -> bool:
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
+def solve_lower_at_one(plan: SolverPlan, delta: float, module: ModuleType) -> float:
+    r"""log r_lo at p = 1 (perspective convention :math:`0\cdot\tilde f(x/0) = x\sigma_\infty`) with ``module``, the
+    plan's NumPy solver module (:func:`build_module`).
+
+    The root of :math:`\tilde f(s) + (1-s)\sigma_\infty = \delta`, solved with the generic solver's own
+    step in :math:`w = -\log s`; ``-inf`` when it saturates, 0 when :math:`\sigma_\infty = \infty`.
+    """
+    if plan.kind == "kl":
+        return -delta
+    if plan.kind == "tv":  # r_lo(1) = 1 - delta
+        return math.log1p(-delta) if delta < 1 else -math.inf
+    if plan.kind == "pearson":  # sigma_inf = inf: no mass can leave the token
+        return 0.0
+    sigma, f0, f2, kink = plan.slope_at_infinity, plan.f_at_zero, plan.f2, plan.kink
+    if not math.isfinite(sigma):
+        return 0.0
+    if f0 + sigma <= delta:
+        return -math.inf
+    w = np.array(math.sqrt(2.0 * delta / f2) if f2 > 0 else delta / max(kink, 1.0))
+    lo, hi, w_prev, g_prev = np.array(0.0), np.array(1e308), np.array(math.nan), np.array(math.nan)
+    with np.errstate(all="ignore"):
+        for _ in range(module.MAX_ITERATIONS):
+            x, log_s = np.expm1(-w), -w
+            s = np.exp(log_s)
+            g = module.f_s(x, log_s, s) - x * sigma
+            slope = -module.k_s(x, log_s, s) + s * sigma
+            candidate, lo, hi, converged = module.step(g, slope, w, lo, hi, w_prev, g_prev, delta)
+            w_prev, g_prev, w = w, g, candidate
+            if converged:
+                break
+    return -float(w)
