@@ -22,6 +22,7 @@ does not counts them (:meth:`BandBounds.advance`).  The controller is told each 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any
 
 from bandcore._contract import LOG_P_TOLERANCE, check_positive_int, is_torch_tensor
@@ -78,14 +79,21 @@ def band_log_bounds(old_log_prob: Any, divergence: Any, delta_low: float, delta_
             lo, hi = table.delta_range
             if lo <= delta <= hi:
                 return table.log(old_log_prob, delta)
-        from bandcore.band import band_log
-
-        # check=False: no host synchronisation; (0, tol] is read as 0, above tol and NaN give NaN
-        return band_log(old_log_prob, divergence, delta, check=False)
+        return bound_band(divergence, delta)(old_log_prob)
 
     if delta_low == delta_high:
         return one(delta_low)
     return one(delta_low)[0], one(delta_high)[1]
+
+
+@lru_cache(maxsize=64)
+def bound_band(divergence: Any, delta: float) -> Any:
+    """The exact Band of ``divergence`` at ``delta``, resolved, planned and bound once (:func:`bandcore.bind`):
+    a trainer's steps call the solver it made at start-up.  ``check=False``: no host synchronisation; (0, tol] is
+    read as 0, above tol and NaN give NaN."""
+    from bandcore.band import bind
+
+    return bind(divergence, float(delta), check=False)
 
 
 def _shipped_2d(divergence: Any) -> Any:

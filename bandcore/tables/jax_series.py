@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import mpmath as mp
 import numpy as np
 
-from ..derive.mpmath_g import g_mp
+from ..derive.generator_facts.mpmath_g import g_mp
 from ..divergences import Divergence
 
 __all__ = ["THRESHOLD_TERMS", "SeriesPieces", "chebyshev_fit", "dd_split", "tail_series", "threshold_series"]
