@@ -185,8 +185,9 @@ def check_train_args(args: Any, band: Mapping[str, Any]) -> None:
     needs = [f"{FLAG_PREFIX}{key}" for key, on in (("anchor rollout", loss.band_settings.anchor == "rollout"),
                                                   ("gate", band.get("band_gate") is not None)) if on]
     if needs and args.algo.advantage.is_correction_level == "off":
-        raise ValueError(f"{' and '.join(needs)} need(s) the rollout engine's log-probabilities, which OpenRLHF "
-                         "returns only with --algo.advantage.is_correction_level token (or seq)")
+        raise ValueError(f"{' and '.join(needs)} {'need' if len(needs) > 1 else 'needs'} the rollout engine's "
+                         "log-probabilities, which OpenRLHF returns only with --algo.advantage.is_correction_level "
+                         "token (or seq)")
     settings = BandSettings.from_host({FLAG_PREFIX + k[len("band_"):]: v for k, v in band.items()
                                        if k != "band_gate"}, prefix=FLAG_PREFIX)
     settings.check_on_policy(
