@@ -30,6 +30,12 @@ SHIMS = Path(__file__).resolve().parent / "openrlhf_shims"
 CUDA_SHIM, GPU_ONLY_SHIM = SHIMS / "cuda", SHIMS / "gpu_only"
 
 
+def _missing(module: str) -> bool:
+    """True when ``module`` is not installed (its stand-in, once on this process's path, does not count)."""
+    spec = importlib.util.find_spec(module)
+    return spec is None or SHIMS in Path(spec.origin or "").parents
+
+
 def openrlhf_installed() -> bool:
     return importlib.util.find_spec("openrlhf") is not None
 
@@ -48,7 +54,7 @@ def import_openrlhf_loss() -> ModuleType:
     if not openrlhf_installed():
         pytest.skip("OpenRLHF is not installed (.ci/run installs it in an environment of its own)",
                     allow_module_level=True)
-    if importlib.util.find_spec("flash_attn_2_cuda") is None:
+    if _missing("flash_attn_2_cuda") and str(CUDA_SHIM) not in sys.path:
         sys.path.append(str(CUDA_SHIM))
     return _quiet_import("openrlhf.models.loss")
 
@@ -63,9 +69,9 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment of a subprocess that imports OpenRLHF's Ray modules the way a worker does: this checkout
     first on the path, then the stand-ins of the GPU-only imports that are not installed."""
     paths = [str(ROOT)]
-    if importlib.util.find_spec("flash_attn_2_cuda") is None:
+    if _missing("flash_attn_2_cuda"):
         paths.append(str(CUDA_SHIM))
-    if importlib.util.find_spec("vllm") is None:
+    if _missing("vllm"):
         paths.append(str(GPU_ONLY_SHIM))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), **extra}
     env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
