@@ -27,7 +27,7 @@ from bandcore.rl import openrlhf_launch as launch  # noqa: E402
 from bandcore.rl.settings import BandSettings  # noqa: E402
 
 PolicyLoss, BandPolicyLoss = openrlhf_loss.PolicyLoss, plugin.BandPolicyLoss
-B, T = 8, 12
+B, T = 16, 48
 NAMES = ("loss", "clip_ratio", "ppo_kl", "vllm_kl", "is_filter_ratio")
 
 
