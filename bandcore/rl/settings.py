@@ -70,14 +70,14 @@ def check_divergence(divergence: Any, delta: float = DEFAULT_DELTA, name: str = 
     """The :class:`bandcore.Divergence` of ``divergence`` by :func:`bandcore.divergences.resolve_region`: a
     transform (``renyi(2)``) gives its f-divergence, and its radius ``delta`` is checked after the map.
 
-    Its error is re-raised with ``name`` and the spelling in front when the message does not already quote it.
+    Its error is re-raised with ``name`` and the spelling in front when the message does not already name it.
     """
     from bandcore.divergences import resolve_region
 
     try:
         return resolve_region(divergence, delta)[0]
     except ValueError as err:
-        if isinstance(divergence, str) and divergence not in str(err):
+        if name not in str(err):
             raise ValueError(f"{name} {divergence!r}: {err}") from None
         raise
 

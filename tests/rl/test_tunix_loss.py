@@ -144,12 +144,60 @@ def test_table_must_hold_the_band_asked_for():
         band_tunix.BandGRPOConfig(num_generations=2, band_delta=0.3, band_table=two_d)
 
 
-def test_on_policy_warns_and_other_configs_are_refused():
-    with pytest.warns(UserWarning, match="never clips"):
+def test_on_policy_is_refused_unless_allowed_and_other_configs_are_refused():
+    """The settings' on-policy rule (BandSettings.check_on_policy), as in every plug-in."""
+    with pytest.raises(ValueError, match=r"ratio is always 1 with num_iterations=1 .* band_allow_on_policy=True"):
         band_tunix.BandGRPOConfig(num_generations=2, num_iterations=1)
+    config = band_tunix.BandGRPOConfig(num_generations=2, num_iterations=1, band_allow_on_policy=True)
+    assert config.band_settings.allow_on_policy
     model, example, *_ = _batch(shift=0.0)
     with pytest.raises(TypeError, match="needs a BandGRPOConfig"):
         band_tunix.band_grpo_loss_fn(model, example, band_tunix.GRPOConfig(num_generations=2), 0, 2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"band_loss_form": "dppo"}, "band_loss_form='dppo' is not supported by the Tunix plug-in"),
+        ({"band_delta_schedule": "linear"}, "band_delta_schedule='linear' is not supported .* no optimizer step"),
+        ({"band_target_kl": 0.01}, "band_target_kl=0.01 is not supported .* no optimizer step"),
+        ({"band_anchor": "rollout"}, "band_anchor='rollout' is not supported .* no rollout-engine"),
+        ({"band_method": "ppo"}, "band_method must be one of"),
+        ({"band_delta": 0.05, "band_delta_low": 0.02}, "band_delta=0.05 sets both radii"),
+        ({"band_loss_form": "sapo"}, "band_loss_form must be one of"),
+    ],
+)
+def test_settings_tunix_cannot_run_are_refused_with_the_reason(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        band_tunix.BandGRPOConfig(num_generations=2, **kwargs)
+
+
+def test_config_holds_the_shared_settings():
+    config = band_tunix.BandGRPOConfig(num_generations=2, band_divergence="tv", band_delta_low=0.02,
+                                       band_delta_high=0.1, band_max_ratio=5.0, epsilon_c=3.0)  # fmt: skip
+    s = config.band_settings
+    assert (s.divergence, s.radii, s.max_ratio, s.dual_clip, s.clip_eps) == ("tv", (0.02, 0.1), 5.0, 3.0, 0.2)
+    assert (config.radius("low"), config.radius("high")) == (0.02, 0.1)
+    assert band_tunix.BandGRPOConfig(num_generations=2).band_settings.radii == (0.05, 0.05)
+
+
+@pytest.mark.parametrize(("method", "epsilon_high"), [("clip", None), ("clip-higher", None), ("clip", 0.3)])
+def test_fixed_clip_is_tunixs_own_grpo_loss(method, epsilon_high):
+    """band_method clip / clip-higher: Tunix's registered "grpo" loss with its own scalar clip, bit for bit."""
+    model, example, *_ = _batch(shift=0.5, squeeze=0.6)
+    ours = band_tunix.BandGRPOConfig(num_generations=2, beta=0.0, band_method=method, epsilon=0.2)
+    theirs = band_tunix.GRPOConfig(num_generations=2, beta=0.0, epsilon=0.2)
+    want_high = epsilon_high if epsilon_high is not None else (0.2 if method == "clip" else 0.28)
+    if epsilon_high is not None:
+        ours.epsilon_high = epsilon_high
+    theirs.epsilon_high = want_high
+    ours.temperature = theirs.temperature = 1.0
+    loss, aux = band_tunix.band_grpo_loss_fn(model, example, ours, 0, 2)
+    want_loss, want_aux = function_registry.get_policy_loss_fn("grpo")(model, example, theirs, 0, 2)
+    assert float(want_aux["pg_clipfrac"]) > 0  # the fixed clip acts on this batch
+    assert np.array_equal(np.asarray(loss), np.asarray(want_loss))
+    for name, value in want_aux.items():
+        assert np.array_equal(np.asarray(aux[name]), np.asarray(value)), name
 
 
 @pytest.mark.slow
