@@ -1,15 +1,22 @@
 r"""``bandcore bench``: our Band solvers against the published solver, interleaved, on 1 thread and on all.
 
-**What is timed.**  For each token distribution (:mod:`benchmarks.inputs`: ``llm``, ``mid``), each
+**What is timed.**  For each token distribution (:mod:`benchmarks.inputs`: ``llm``, ``mid``, ``flat``), each
 divergence and each size (default 500k tokens, and 10k where per-call overhead dominates), one *block*: every
-:class:`~benchmarks.methods.Method` of the divergence (the published solver where it exists, the
-exact solver on NumPy, Numba and torch, the certified table on a NumPy array and on a tensor) on 1 thread and
-on the run's threads, and one ``np.exp`` pass over the same tokens as float64 (the *exp pass*: the
-probabilities :math:`p = e^{\log p}`), all timed in
-``rounds`` interleaved rounds (:func:`~benchmarks.timing.interleaved`: A B C … A B C …, each entry a
-batch of back-to-back calls lasting at least ``min_round_seconds``).  Every entry reports the **median** of its
-per-call times over the rounds, with quartiles and range (``times``); the first call (imports, Numba
-compilation or cache load) is excluded and reported (``first_call_seconds``).
+:class:`~benchmarks.methods.Method` of the divergence (the published solver where it exists, on float32 as
+trainers run it and on float64; ``band()`` with its default backend as a user calls it; the exact solver with
+each backend forced, NumPy, Numba and torch; the certified table on a NumPy array and on a tensor) on 1 thread
+and on the run's threads, and one ``np.exp`` pass over the same tokens as float64 (the *exp pass*: the
+probabilities :math:`p = e^{\log p}`), all timed in ``rounds`` interleaved rounds
+(:func:`~benchmarks.timing.interleaved`: A B C … A B C …, each entry a batch of back-to-back calls lasting at
+least ``min_round_seconds``).  Every entry reports the **median** of its per-call times over the rounds, with
+quartiles and range (``times``); the first call (imports, Numba compilation or cache load) is excluded and
+reported (``first_call_seconds``).  Every input is the float32 log-probs; ``published-fp64`` gets them cast to
+float64 once, before its first call.  ``band()``'s default (``auto``) picks its backend per call; the backend it
+ran in the timed rounds is the row's ``picked_backend`` (after the block's first calls, so with the kernels the
+run has made ready).  **A user's first call** is measured apart, before anything of the divergence runs here: per
+divergence and size (small first), ``band(x, div, delta)`` in a fresh subprocess on the run's first
+distribution (:mod:`benchmarks.first_call`): what it took, which backend it ran, and the calls after it
+(``first_calls``).
 
 **Units.**  With :math:`T` a row's median time on :math:`n` tokens:
 
@@ -17,9 +24,10 @@ compilation or cache load) is excluded and reported (``first_call_seconds``).
 * ``x_exp_pass`` :math:`= T / T_{\exp}`, :math:`T_{\exp}` the median of the exp pass of the same block: the
   time in units of one NumPy transcendental pass over the same array, which depends far less on the machine
   and on its load than a time does (both are measured in the same rounds);
-* ``speedup_vs_published`` :math:`= T_{pub}/T` (same block, same threads) where the divergence has a
-  published solver, and ``speedup_vs_published_kl``: the published KL solver's median (same distribution, size
-  and threads, its own block of the same run) over :math:`T`.
+* ``speedup_vs_published`` :math:`= T_{pub}/T`, :math:`T_{pub}` the **float32** published solver's median
+  (the report's ``baseline_dtype``; same block, same threads) where the divergence has a published solver, and
+  ``speedup_vs_published_kl``: the float32 published KL solver's median (same distribution, size and threads,
+  its own block of the same run) over :math:`T`.
 
 **Threads.**  Before each batch both torch and Numba are set to the entry's thread count
 (:mod:`benchmarks.threads`), so the published solver (torch) and bandcore's torch, Numba and table
@@ -34,9 +42,9 @@ two times (``nearest_catalogue``).
 distributions of the run (quantiles of each plus log-uniform points over its range), against the 50-digit
 mpmath oracle as :math:`|\Delta \log r| / \max(1, |\log r|)` (for ratio outputs where the ratio is a normal
 float; an underflowed or overflowed one must be the rounded exact value: :func:`rel_ratio_error`), and compared
-with each method's contract.  A
-non-finite error is ``None``.  **Peak memory** is measured in a fresh subprocess per (method, size)
-(:mod:`benchmarks.memory`).  Tests never assert a time.
+with each method's contract.  The float32 published solver is evaluated on the points rounded to float32 (they
+are float32 numbers), in float32.  A non-finite error is ``None``.  **Peak memory** is measured in a fresh
+subprocess per (method, size) (:mod:`benchmarks.memory`).  Tests never assert a time.
 """
 
 from __future__ import annotations
@@ -54,17 +62,18 @@ from bandcore._progress import progress as progress_bar
 from bandcore.tables import rel_log_error
 
 from .cost import is_catalogue, nearest_in_cost, solver_of, transcendental_count
+from .first_call import measure_first_call
 from .header import header, load_average
 from .inputs import DISTRIBUTIONS, accuracy_points, llm_like_log_probs, log_probs
 from .memory import measure_memory
-from .methods import Method, method_count, methods_for
+from .methods import BASELINE, Method, method_count, methods_for
 from .threads import get_threads, resolve_threads, set_threads
 from .timing import Timed, interleaved, summarise
 
 __all__ = ["THREAD_KEYS", "derive_ratios", "llm_like_log_probs", "rel_log_error", "run_bench"]
 
 DEFAULT_DIVERGENCES = ("kl", "tv", "pearson", "hellinger", "js")
-#: 500k, not 1M: a full run (13 divergences, both distributions) stays within about 8 minutes on 2 cores
+#: 500k, not 1M: a run's time is mostly the published solver's, about linear in the tokens
 DEFAULT_SIZES = (500_000, 10_000)
 DEFAULT_ROUNDS = 5
 #: Each batch of a round runs back-to-back calls for at least this long (the timer's resolution is ~100 ns).
@@ -85,6 +94,7 @@ def run_bench(
     min_round_seconds: float = MIN_ROUND_SECONDS,
     oracle_points: int = 64,
     memory_sizes: Sequence[int] = (1_000_000, 10_000_000),
+    first_calls: bool = True,
     seed: int = 0,
     threads: int | None = None,
     progress: bool | None = None,
@@ -93,7 +103,9 @@ def run_bench(
 ) -> dict[str, Any]:
     """Run the benchmark and return everything as a JSON-serialisable dict (see the module docstring).
 
-    ``sizes``: token counts timed.  ``threads``: the "all threads" count (default: the machine's cores);
+    ``sizes``: token counts timed.  ``first_calls``: measure ``band()``'s first call in a fresh subprocess per
+    divergence and size (:mod:`benchmarks.first_call`).  ``threads``: the "all threads" count (default: the
+    machine's cores);
     torch's and Numba's settings are restored afterwards.  ``timer``: the clock of the timed rounds.
     ``progress``: a bar on stderr (``None``: when stderr is a terminal).  ``command``: how the run was
     started, recorded in the report and its Markdown (default: this call).
@@ -116,9 +128,11 @@ def run_bench(
         command = (
             f"benchmarks.bench.run_bench(sizes={sizes}, divergences={tuple(divergences)}, "
             f"distributions={distributions}, delta={delta}, rounds={rounds}, min_round_seconds={min_round_seconds}, "
-            f"oracle_points={oracle_points}, memory_sizes={tuple(memory_sizes)}, seed={seed}, threads={threads})"
+            f"oracle_points={oracle_points}, memory_sizes={tuple(memory_sizes)}, first_calls={first_calls}, "
+            f"seed={seed}, threads={threads})"
         )
     steps = 1 + sum(1 + method_count(d) * len(sizes) * len(distributions) for d in divergences)
+    steps += len(divergences) * len(sizes) if first_calls else 0
     steps += len(memory_sizes) * len(_MEMORY_METHODS)
     saved = get_threads()
     started = (time.perf_counter(), time.process_time())
@@ -131,13 +145,21 @@ def run_bench(
             )  # fmt: skip
             bar.set_postfix_str("copy roofline")
             report = header(settings, {d: DISTRIBUTIONS[d][1] for d in distributions})
+            report["baseline_dtype"] = BASELINE[1]  # the published solver's row every speedup is over
             bar.update(1)
             inputs = {(d, n): log_probs(d, n, seed) for d in distributions for n in sizes}
             share = max(2, oracle_points // len(distributions))
             points = np.unique(np.concatenate(
                 [accuracy_points(inputs[d, max(sizes)], share, seed) for d in distributions]))  # fmt: skip
             report["accuracy_points"] = len(points)
+            report["first_calls"] = []
             for divergence in divergences:
+                if first_calls:  # before anything of the divergence runs here; small calls first
+                    for n in sorted(sizes):
+                        bar.set_postfix_str(f"{divergence}: band()'s first call at {n:,}, fresh process")
+                        report["first_calls"].append(
+                            measure_first_call(divergence, delta, distributions[0], n, seed))  # fmt: skip
+                        bar.update(1)
                 _bench_divergence(report, divergence, inputs, points, timer, bar)
             derive_ratios(report)
             report["memory"] = []
@@ -246,7 +268,8 @@ def _block(
     first: dict[str, float] = {}
     working = []
     for method in methods:
-        fn = partial(method.timed, torch.from_numpy(x) if method.torch_input else x)
+        arg = x.astype(method.dtype, copy=False)  # the float32 input itself, or its float64 copy
+        fn = partial(method.timed, torch.from_numpy(arg) if method.torch_input else arg)
         used = counts if method.threaded else (1,)
         try:
             for t in used:
@@ -257,7 +280,7 @@ def _block(
         except Exception as err:
             report["unavailable"][f"{divergence}:{method.name}"] = _one_line(err)
             continue
-        working.append(method)
+        working.append((method, arg))
         for t in used:
             entries[t].append((f"{method.name}@{t}", fn, partial(set_threads, t)))
     x64 = x.astype(np.float64)
@@ -267,6 +290,8 @@ def _block(
     exp_pass()
     first[f"{EXP_PASS}@1"] = timer() - start
     entries[1].append((f"{EXP_PASS}@1", exp_pass, partial(set_threads, 1)))
+    # what a method that picks its backend runs in the timed rounds (after every first call of the block)
+    picked = {method.name: method.picks(arg) for method, arg in working if method.picks is not None}
     order = [entry for t in counts for entry in entries[t]]
     timed = interleaved(order, report["rounds"], report["min_round_seconds"], timer)
 
@@ -277,17 +302,22 @@ def _block(
                 "calls_per_round": stats["calls_per_round"], "first_call_seconds": first[key]}  # fmt: skip
 
     rows = []
-    for method in working:
+    for method, _ in working:
         one = times(method.name, 1)
         every = times(method.name, report["threads"]) if method.threaded else one
-        rows.append({"method": method.name, "kind": method.kind, "times": {"1": one, "all": every}})
+        row = {"method": method.name, "kind": method.kind, "input_dtype": method.dtype,
+               "times": {"1": one, "all": every}}  # fmt: skip
+        if method.name in picked:
+            row["picked_backend"] = picked[method.name]
+        rows.append(row)
     unit = times(EXP_PASS, 1)
-    rows.append({"method": EXP_PASS, "kind": "unit", "times": {"1": unit, "all": unit}})
+    rows.append({"method": EXP_PASS, "kind": "unit", "input_dtype": "float64", "times": {"1": unit, "all": unit}})
     return rows, [key for key, _, _ in order]
 
 
 def derive_ratios(report: dict[str, Any]) -> None:
-    """Every row's ``ns_per_token``, ``x_exp_pass``, ``speedup_vs_published``, ``speedup_vs_published_kl``,
+    """Every row's ``ns_per_token``, ``x_exp_pass``, ``speedup_vs_published``, ``speedup_vs_published_kl`` (over
+    the published solver's row ``published``: float32 in this version's runs, float64 in reports saved before),
     ``roofline_fraction`` (on all threads) and, for user generators, ``nearest_catalogue``: all computed from
     the medians in the report (so a report whose times are edited can be re-derived)."""
     median = {(r["distribution"], r["divergence"], r["method"], r["n_tokens"], k): r["times"][k]["median"]
@@ -300,7 +330,7 @@ def derive_ratios(report: dict[str, Any]) -> None:
         row["ns_per_token"] = {k: 1e9 * mine[k] / n for k in THREAD_KEYS}
         row["x_exp_pass"] = {k: None if exp_pass is None else mine[k] / exp_pass for k in THREAD_KEYS}
         for field, baseline in (("speedup_vs_published", v), ("speedup_vs_published_kl", "kl")):
-            published = {k: median.get((d, baseline, "published", n, k)) for k in THREAD_KEYS}
+            published = {k: median.get((d, baseline, BASELINE[0], n, k)) for k in THREAD_KEYS}
             row[field] = {k: None if published[k] is None else published[k] / mine[k] for k in THREAD_KEYS}
         row["roofline_fraction"] = n / mine["all"] / roofline
         row.pop("nearest_catalogue", None)

@@ -91,13 +91,16 @@ def header(settings: dict[str, Any], distributions: dict[str, str]) -> dict[str,
             f"median per-call time over {settings['rounds']} interleaved rounds (every method on 1 and on "
             f"{threads} thread(s) and one np.exp pass, A B C ... each round), each entry a batch of back-to-back "
             f"calls lasting >= {settings['min_round_seconds'] * 1e3:g} ms; the first call is excluded "
-            f"(first_call_seconds)"
+            f"(first_call_seconds); band()'s default (auto) makes its first call before the forced backends of "
+            f"each block"
         ),
         "generators": distributions,
         "accuracy_measure": "max |Δ log r| / max(1, |log r|) vs the mpmath oracle (50 digits), float64 inputs "
         "drawn from every distribution of the run (a ratio that under- or overflows must be the rounded exact one)",
         "outputs": "every row computes ratio bounds (r_lo, r_up) from float32 log-probs, in float32: the published "
-        "solver, bandcore's exact rows (band()) and its tables (BandTable.__call__)",
+        "solver (computing in float32, as trainers run it), bandcore's exact rows (band()) and its tables "
+        "(BandTable.__call__); published-fp64 is the published solver on the same log-probs as float64, "
+        "computing and returning float64",
         "copy": copy_roofline(threads, 3),
         "blocks": [],
         "results": [],

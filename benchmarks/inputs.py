@@ -1,10 +1,13 @@
 r"""The token distributions ``bandcore bench`` times on, and the points its accuracy is measured at.
 
-Two distributions of float32 log-probabilities :math:`\log p \le 0` (deterministic in the seed):
+Three distributions of float32 log-probabilities :math:`\log p \le 0` (deterministic in the seed):
 
 * ``llm`` (:func:`llm_like_log_probs`): a mixture like sampled LLM tokens, mostly confident ones;
 * ``mid`` (:func:`mid_log_probs`): :math:`\log p = -2E`, :math:`E \sim \mathrm{Exp}(1)`, so
-  :math:`P(p \le q) = q^{1/2}` (median :math:`p = e^{-2 \log 2} = 1/4`): mid-probability tokens.
+  :math:`P(p \le q) = q^{1/2}` (median :math:`p = e^{-2 \log 2} = 1/4`): mid-probability tokens;
+* ``flat`` (:func:`flat_log_probs`): :math:`\log p = -U`, :math:`U \sim \mathrm{U}(0, 20)`, so
+  :math:`P(p \le q) = 1 + \log(q)/20` for :math:`q \ge e^{-20}` (median :math:`p = e^{-10} \approx 4.5 \cdot
+  10^{-5}`; 65 % of the tokens have :math:`p < 10^{-3}`): many rare tokens.
 
 The published bisection solver's time depends on the distribution (its convergence test stops the bisection
 once every bracket is narrow, and the bracket of :math:`r \in [1, 1/p]` starts :math:`1/p` wide), so the
@@ -17,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["DISTRIBUTIONS", "accuracy_points", "llm_like_log_probs", "log_probs", "mid_log_probs"]
+__all__ = ["DISTRIBUTIONS", "accuracy_points", "flat_log_probs", "llm_like_log_probs", "log_probs", "mid_log_probs"]
 
 
 def llm_like_log_probs(n: int, seed: int = 0) -> np.ndarray:
@@ -49,6 +52,13 @@ def mid_log_probs(n: int, seed: int = 0) -> np.ndarray:
     return (-2.0 * rng.standard_exponential(n)).astype(np.float32)
 
 
+def flat_log_probs(n: int, seed: int = 0) -> np.ndarray:
+    r"""``n`` float32 log-probabilities :math:`\log p = -U`, :math:`U \sim \mathrm{U}(0, 20)` (deterministic in
+    ``seed``; drawn with ``numpy.random.default_rng(seed)`` in float64 and rounded once to float32)."""
+    rng = np.random.default_rng(seed)
+    return (-rng.uniform(0.0, 20.0, n)).astype(np.float32)
+
+
 #: name -> (sampler, one-line description for the report)
 DISTRIBUTIONS: dict[str, tuple[Callable[[int, int], np.ndarray], str]] = {
     "llm": (
@@ -57,6 +67,7 @@ DISTRIBUTIONS: dict[str, tuple[Callable[[int, int], np.ndarray], str]] = {
         "[1e-3, 0.9], 5 % with p in [1e-10, 1e-3]",
     ),
     "mid": (mid_log_probs, "mid-probability tokens: log p = -2 E, E ~ Exp(1) (median p = 1/4)"),
+    "flat": (flat_log_probs, "many rare tokens: log p = -U, U ~ Uniform(0, 20) (median p = e^-10; 65 % with p < 1e-3)"),
 }
 
 

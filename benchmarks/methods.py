@@ -1,9 +1,16 @@
 r"""What ``bandcore bench`` times: one :class:`Method` per way of computing the Band of one divergence.
 
-* ``published``: the published BandPO solver (:mod:`benchmarks.published`, torch; KL, TV and Pearson);
-* ``numpy``, ``numba``, ``torch``: the exact solver through the public function, ``band(x, div, delta,
-  backend=b)`` (its argument checks included): ratio bounds, the published solver's output.  NumPy is
-  single-threaded;
+* ``published``: the published BandPO solver (:mod:`benchmarks.published`, torch; KL, TV and Pearson) on the
+  float32 tensor, computing in float32 as trainers run it: **the baseline** of every speedup column;
+* ``published-fp64``: the same solver on the log-probs as a float64 tensor (cast once, outside the timing), so
+  computing in float64;
+* ``auto``: ``band(x, div, delta)`` as a user calls it, the default backend (``"auto"``: Numba where its kernel
+  is ready or the call is large, else NumPy; :meth:`bandcore.band.BoundBand.pick`), on the NumPy array; ``picks``
+  says which backend a call on an input runs (a user's first call, in a fresh process, is measured apart:
+  :mod:`benchmarks.first_call`);
+* ``numpy``, ``numba``, ``torch``: the exact solver through the public function with the backend forced,
+  ``band(x, div, delta, backend=b)`` (its argument checks included): ratio bounds, the published solver's
+  output.  NumPy is single-threaded;
 * ``table``, ``table-torch``: the certified lookup table (:class:`bandcore.BandTable`, the shipped one when
   there is one) on a NumPy array and on a CPU tensor, ``table(x, backend="numba")``: ratio bounds too; both run
   its Numba kernel.
@@ -11,10 +18,11 @@ r"""What ``bandcore bench`` times: one :class:`Method` per way of computing the 
 Every method but ``numpy`` is ``threaded``: the benchmark times it on one thread and on the run's threads, torch
 and Numba set to the same count (:mod:`benchmarks.threads`).
 
-Each method has a timed callable (float32 input) and the same call on float64 points (``values``, ratio bounds
-where ``ratios``, else log bounds), whose error against the mpmath oracle is the row's accuracy, and the
-contract that error must meet: :data:`EXACT_CONTRACT` for the exact backends, the
-table's certificate for a table, none for the published solver.
+Each method has a timed callable (on the float32 input, or ``dtype``) and the same call on float64 points
+(``values``; the float32 baseline on those points rounded to float32, which they are exactly, and its float32
+bounds widened to float64: ratio bounds where ``ratios``, else log bounds), whose error against the mpmath
+oracle is the row's accuracy, and the contract that error must meet: :data:`EXACT_CONTRACT` for the exact
+backends, the table's certificate for a table, none for the published solver.
 """
 
 from __future__ import annotations
@@ -26,11 +34,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BACKENDS", "EXACT_CONTRACT", "TABLE_METHODS", "Method", "method_count", "methods_for"]
+__all__ = ["BACKENDS", "BASELINE", "EXACT_CONTRACT", "PUBLISHED_METHODS", "TABLE_METHODS", "Method", "method_count",
+           "methods_for"]
 
 #: The numerical contract of the exact solver (docs/math.md §9): |Δ log r| <= 1e-12 · max(1, |log r|).
 EXACT_CONTRACT = 1e-12
 BACKENDS = ("numpy", "numba", "torch")
+#: the published solver's methods: name -> the dtype of its input (and of its arithmetic)
+PUBLISHED_METHODS = {"published": "float32", "published-fp64": "float64"}
+#: the method every speedup is measured against, and the dtype it computes in
+BASELINE = ("published", PUBLISHED_METHODS["published"])
 TABLE_METHODS = ("table", "table-torch")
 
 
@@ -46,6 +59,8 @@ class Method:
     torch_input: bool
     contract: float | None  # the largest error allowed (None: no contract)
     ratios: bool  # values (and the timed call) are ratio bounds; else log bounds
+    dtype: str = "float32"  # of the timed call's input (the float32 log-probs, cast once before timing)
+    picks: Callable[[np.ndarray], str] | None = None  # the backend a call picks on this input (None: fixed)
 
 
 def _to_numpy(value: Any) -> np.ndarray:
@@ -63,11 +78,33 @@ def _published(divergence: str, delta: float) -> list[Method]:
     def timed(x: Any) -> Any:
         return published_band(x, divergence, delta)
 
-    def values(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        lower, upper = published_band(torch.from_numpy(points), divergence, delta)
-        return lower.numpy(), upper.numpy()
+    methods = []
+    for name, dtype in PUBLISHED_METHODS.items():
 
-    return [Method("published", "published", True, timed, values, True, None, True)]
+        def values(points: np.ndarray, dtype: str = dtype) -> tuple[np.ndarray, np.ndarray]:
+            lower, upper = published_band(torch.from_numpy(points.astype(dtype)), divergence, delta)
+            return lower.numpy().astype(np.float64), upper.numpy().astype(np.float64)
+
+        methods.append(Method(name, "published", True, timed, values, True, None, True, dtype=dtype))
+    return methods
+
+
+def _default(divergence: str, delta: float) -> list[Method]:
+    from bandcore.band import band, bind
+
+    bound = bind(divergence, delta, log=False)  # reads which backend band()'s default picks, by the same rule
+
+    def timed(x: Any) -> Any:
+        return band(x, divergence, delta)
+
+    def values(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lower, upper = band(points, divergence, delta)
+        return lower, upper
+
+    def picks(x: np.ndarray) -> str:
+        return bound.pick(x.size, x.dtype)
+
+    return [Method("auto", "exact", True, timed, values, False, EXACT_CONTRACT, True, picks=picks)]
 
 
 def _exact(divergence: str, delta: float) -> list[Method]:
@@ -127,7 +164,7 @@ def _tables(divergence: str, delta: float) -> tuple[list[Method], dict[str, Any]
 def methods_for(divergence: str, delta: float) -> tuple[list[Method], dict[str, Any] | None, dict[str, str]]:
     """(methods, table info or None, unavailable: what could not be set up and why) for one divergence."""
     unavailable: dict[str, str] = {}
-    methods = _published(divergence, delta) + _exact(divergence, delta)
+    methods = _published(divergence, delta) + _default(divergence, delta) + _exact(divergence, delta)
     info = None
     try:
         tables, info = _tables(divergence, delta)
@@ -141,4 +178,5 @@ def method_count(divergence: str) -> int:
     """How many methods :func:`methods_for` returns for ``divergence`` when every one is available."""
     from .published import PUBLISHED_DIVERGENCES
 
-    return (divergence in PUBLISHED_DIVERGENCES) + len(BACKENDS) + len(TABLE_METHODS)
+    published = len(PUBLISHED_METHODS) if divergence in PUBLISHED_DIVERGENCES else 0
+    return published + 1 + len(BACKENDS) + len(TABLE_METHODS)

@@ -1,9 +1,10 @@
 """Thread counts for ``bandcore bench``: torch's and Numba's set together, to the same number.
 
-Every threaded method of the benchmark (the published solver and the torch backend through torch, the Numba
-backend and the table kernels through Numba) runs after :func:`set_threads` has set **both** libraries to the
-same count, so the two sides of every ratio run on equal threads.  NumPy (the NumPy backend and the ``np.log``
-pass) is single-threaded whatever the setting.
+Every threaded method of the benchmark (the published solver and the torch backend through torch; the Numba
+backend, ``band()``'s default when it picks Numba and the table kernels through Numba) runs after
+:func:`set_threads` has set **both** libraries to the same count, so the two sides of every ratio run on equal
+threads.  NumPy (the NumPy backend, ``band()``'s default when it picks NumPy, and the ``np.exp`` pass) is
+single-threaded whatever the setting.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ __all__ = ["THREAD_SETTING", "get_threads", "resolve_threads", "set_threads"]
 
 #: how each side's threads are set, for the report
 THREAD_SETTING = {
-    "published": "torch.set_num_threads(t) (the published solver is torch)",
+    "published": "torch.set_num_threads(t) (the published solver is torch; float32 and float64 alike)",
+    "auto": "numba.set_num_threads(t) and torch.set_num_threads(t) (band()'s default backend: Numba or NumPy)",
     "torch": "torch.set_num_threads(t)",
     "numba": "numba.set_num_threads(t)",
     "table": "numba.set_num_threads(t) (the table's Numba kernel)",

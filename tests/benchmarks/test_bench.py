@@ -1,6 +1,7 @@
 """``bandcore bench``: interleaved rounds in the order said, medians and ratios computed from the times in the
-report, the two token distributions, the user generators' nearest catalogue divergence, the JSON and the
-Markdown made from it.  No measured speed is asserted anywhere: the runs checked number by number use an
+report (over the float32 baseline), the token distributions, every row and block (the float64 published run and
+``band()``'s default among them), a user's first calls, the user generators' nearest catalogue divergence, the
+JSON and the Markdown made from it.  No measured speed is asserted anywhere: the runs checked number by number use an
 injected fake clock, or have their times set to exact binary fractions before the ratios are derived."""
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def test_mid_distribution_is_minus_two_exponential():
     np.testing.assert_array_equal(x, log_probs("mid", 200_000, 1))
     e = -x.astype(np.float64) / 2  # Exp(1): mean 1, P(E > t) = e^-t
     assert 0.99 < e.mean() < 1.01 and 0.49 < np.mean(e > math.log(2)) < 0.51  # median p = e^(-2 log 2) = 1/4
-    with pytest.raises(ValueError, match="llm, mid"):
+    with pytest.raises(ValueError, match="llm, mid, flat"):
         log_probs("uniform", 10, 0)
 
 
@@ -75,12 +76,15 @@ def test_accuracy_points_cover_the_input():
 def test_published_solver_error_is_bisection_sized():
     log_p = np.log(np.array([0.5, 0.08, 0.001, 0.9999]))
     lo, up = published_band(torch.from_numpy(log_p), "kl", 0.05)
+    assert lo.dtype == up.dtype == torch.float64
     exact_lo, exact_up = reference_band_log("kl", log_p, 0.05)
     err = rel_log_error(np.log(up.numpy()), exact_up)
     assert 1e-12 < err.max() < 2e-6  # 50 halvings / tol 1e-6: not exact, not wrong
     assert rel_log_error(np.log(lo.numpy()[:2]), exact_lo[:2]).max() < 2e-6
-    # KL's lower bound at p = 0.001 is e^-51: below 2^-50, bisection on [0, 1] cannot resolve it
-    assert rel_log_error(np.log(lo.numpy()[2:3]), exact_lo[2:3])[0] > 0.1
+    # the lower bisection stops after 20 halvings (2^-20 < 1e-6): within 2^-21 of the root, which for KL at
+    # p = 0.001 is e^-51, so the bound comes out as 2^-21
+    np.testing.assert_array_less(np.abs(lo.numpy() - np.exp(exact_lo)), 2.0**-21 * (1 + 1e-9))
+    assert lo.numpy()[2] == 2.0**-21
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -182,7 +186,7 @@ def clock_run():
     before = (torch.get_num_threads(), numba.get_num_threads())
     report = bench.run_bench(
         (300, 100), divergences=("kl", "tv"), rounds=3, min_round_seconds=TICK, oracle_points=8, memory_sizes=(),
-        threads=threads, progress=False, timer=_ticking_clock(),
+        first_calls=False, threads=threads, progress=False, timer=_ticking_clock(),
     )  # fmt: skip
     assert (torch.get_num_threads(), numba.get_num_threads()) == before  # restored
     return report
@@ -190,20 +194,32 @@ def clock_run():
 
 def test_clock_run_has_every_row_and_block(clock_run):
     r = clock_run
-    assert tuple(r["distributions"]) == ("llm", "mid")
-    assert set(r["generators"]) == {"llm", "mid"} and not r["unavailable"], r["unavailable"]
-    methods = {"kl": ["published", "numpy", "numba", "torch", "table", "table-torch"]}
+    distributions = ("llm", "mid", "flat")
+    assert tuple(r["distributions"]) == distributions and r["baseline_dtype"] == "float32"
+    assert set(r["generators"]) == set(distributions) and not r["unavailable"], r["unavailable"]
+    methods = {"kl": ["published", "published-fp64", "auto", "numpy", "numba", "torch", "table", "table-torch"]}
     methods["tv"] = methods["kl"]
     keys = {(row["distribution"], row["divergence"], row["method"], row["n_tokens"]) for row in r["results"]}
-    assert keys == {(d, v, m, n) for d in ("llm", "mid") for v in ("kl", "tv") for m in [*methods[v], "exp_pass"]
+    assert keys == {(d, v, m, n) for d in distributions for v in ("kl", "tv") for m in [*methods[v], "exp_pass"]
                     for n in (300, 100)}  # fmt: skip
     assert len(r["results"]) == len(keys)
     threaded = [m for m in methods["kl"] if m != "numpy"]
     expected = [f"{m}@1" for m in methods["kl"]] + ["exp_pass@1"]
     if r["threads"] > 1:
         expected += [f"{m}@{r['threads']}" for m in threaded]
-    assert len(r["blocks"]) == 8 and all(block["order"] == expected for block in r["blocks"])
+    assert len(r["blocks"]) == 12 and all(block["order"] == expected for block in r["blocks"])
     assert r["command"].startswith("benchmarks.bench.run_bench(sizes=(300, 100)")
+    assert "first_calls=False" in r["command"] and r["first_calls"] == []
+    dtypes = {row["method"]: row["input_dtype"] for row in r["results"]}
+    assert dtypes["published"] == "float32" and dtypes["published-fp64"] == dtypes["exp_pass"] == "float64"
+    assert {dtypes[m] for m in methods["kl"] if m != "published-fp64"} == {"float32"}
+
+
+def test_clock_run_auto_runs_the_kernel_the_run_made_ready(clock_run):
+    """Only band()'s default picks its backend; after the block's forced Numba call its kernel is ready, so the
+    timed rounds of the default run Numba even on 100 tokens (a fresh process would run NumPy there)."""
+    picked = {(row["method"], row["picked_backend"]) for row in clock_run["results"] if "picked_backend" in row}
+    assert picked == {("auto", "numba")}
 
 
 def test_clock_run_times_are_the_clock_readings(clock_run):
@@ -229,11 +245,12 @@ def _set_medians(report, medians):
 
 
 def _exact_times(row, key):
-    """Exact binary fractions: published 2 s (KL) or 1 s (TV) on 1 thread, half that on all; exp pass 1/8 s;
-    numba 1/32 s on 1 thread, 1/64 on all; every other row 1/4 s; the 100-token block twice as fast."""
+    """Exact binary fractions: published (float32) 2 s (KL) or 1 s (TV) on 1 thread, half that on all, and on
+    float64 twice as long; exp pass 1/8 s; numba 1/32 s on 1 thread, 1/64 on all; every other row 1/4 s; the
+    100-token block twice as fast."""
     scale = 0.5 if row["n_tokens"] == 100 else 1.0
-    if row["method"] == "published":
-        value = 2.0 if row["divergence"] == "kl" else 1.0
+    if row["kind"] == "published":
+        value = (2.0 if row["divergence"] == "kl" else 1.0) * (2 if row["method"] == "published-fp64" else 1)
         return scale * (value if key == "1" else value / 2)
     if row["method"] == "exp_pass":
         return scale / 8
@@ -254,6 +271,9 @@ def test_ratios_are_medians_over_medians(clock_run):
     tv = rows["llm", "tv", "numba", 100]
     assert tv["speedup_vs_published"] == {"1": 32.0, "all": 32.0} and tv["speedup_vs_published_kl"]["1"] == 64.0
     assert rows["llm", "tv", "torch", 300]["speedup_vs_published"] == {"1": 4.0, "all": 2.0}
+    # over the float32 baseline, not the float64 run beside it: that one is 0.5x the baseline
+    assert rows["flat", "kl", "published-fp64", 300]["speedup_vs_published"] == {"1": 0.5, "all": 0.5}
+    assert rows["flat", "tv", "published-fp64", 100]["speedup_vs_published_kl"] == {"1": 1.0, "all": 1.0}
     assert all("nearest_catalogue" not in row for row in r["results"])  # only user generators get one
 
 
@@ -263,7 +283,7 @@ def test_user_generator_gets_the_nearest_catalogue_divergence(clock_run):
     r = json.loads(json.dumps(clock_run))
     user = "(u-1)*log(u)"
     r["divergences"] = [*r["divergences"], user]
-    copied = [row for row in clock_run["results"] if row["divergence"] == "kl" and row["method"] != "published"]
+    copied = [row for row in clock_run["results"] if row["divergence"] == "kl" and row["kind"] != "published"]
     r["results"] += [{**json.loads(json.dumps(row)), "divergence": user} for row in copied]
     _set_medians(r, lambda row, key: 0.75 if row["divergence"] == user else _exact_times(row, key))
     bench.derive_ratios(r)
@@ -288,15 +308,28 @@ def test_user_generator_gets_the_nearest_catalogue_divergence(clock_run):
     assert f"| {user} | exact, Numba | 300 | 1 | hellinger (1) | 48× | hellinger (1) | 96× |" in markdown
 
 
+def _first_call_row(k: int) -> dict:
+    """Run k's first call of band() on 100 KL tokens: NumPy in runs 0 and 1, Numba in run 2; (k + 1)/2 s."""
+    backend = "numba" if k == 2 else "numpy"
+    return {"divergence": "kl", "distribution": "llm", "n_tokens": 100, "import_seconds": 0.125,
+            "first_call_seconds": (k + 1) / 2, "backend": backend, "next_call_seconds": 2.0**-10,
+            "next_backend": backend}  # fmt: skip
+
+
 def test_spread_over_runs_reports_median_and_range(clock_run, tmp_path, capsys):
     """``--from-json A B C``: per distribution, each ratio as median [min – max] over the runs (one run and two
-    copies, the published solver made 2× and 3× slower), with exact times set before the ratios are derived."""
+    copies, the published solver made 2× and 3× slower), with exact times set before the ratios are derived; the
+    float32 baseline named, the float64 run and band()'s default beside it, and a user's first calls."""
     names = []
     for k, factor in enumerate((1.0, 2.0, 3.0)):
         run = json.loads(json.dumps(clock_run))
         run["seed"] = k
+        run["first_calls"] = [_first_call_row(k)]
         _set_medians(run, lambda row, key, f=factor: _exact_times(row, key) * (f if row["method"] == "published"
                                                                                else 1.0))  # fmt: skip
+        if k == 2:  # band()'s default ran NumPy on one block of this run
+            next(row for row in run["results"] if (row["distribution"], row["divergence"], row["method"],
+                 row["n_tokens"]) == ("flat", "tv", "auto", 100))["picked_backend"] = "numpy"  # fmt: skip
         bench.derive_ratios(run)
         names.append(tmp_path / f"run{k}.json")
         names[-1].write_text(json.dumps(run))
@@ -305,8 +338,12 @@ def test_spread_over_runs_reports_median_and_range(clock_run, tmp_path, capsys):
     markdown = out.read_text()
     assert markdown == capsys.readouterr().out
     assert markdown.startswith("3 runs of `bandcore bench`") and markdown.count("(seed ") == 3
-    assert markdown.count("### Distribution `llm`") == markdown.count("### Distribution `mid`") == 1
-    mid = markdown[markdown.index("### Distribution `mid`"):]
+    assert "× published float32: over the published solver computing in float32" in markdown
+    for distribution in ("llm", "mid", "flat"):
+        assert markdown.count(f"### Distribution `{distribution}`") == 1
+    mid = markdown[markdown.index("### Distribution `mid`"):markdown.index("### Distribution `flat`")]
+    head = next(line for line in mid.splitlines() if line.startswith("| divergence | method | runs |"))
+    assert "| × published float32 1 thr (300) | × published float32 2 thr (300) |" in head or clock_run["threads"] == 1
     cells = next(line for line in mid.splitlines() if line.startswith("| kl | exact, Numba | 3 |")).split(" | ")
     # 300 tokens: ns/token 1e9/32/300 = 104,167 in every run; × exp pass 0.25; × published 64× [64 – 192]
     same = ns(1e9 / 32 / 300)
@@ -314,12 +351,56 @@ def test_spread_over_runs_reports_median_and_range(clock_run, tmp_path, capsys):
     assert cells[6] == cells[7] == "128× [64× – 192×]"
     tv = next(line for line in mid.splitlines() if line.startswith("| tv | exact, torch | 3 |")).split(" | ")
     assert tv[6] == "8.00× [4.00× – 12×]" and tv[7] == "4.00× [2.00× – 6.00×]"
+    baseline = next(line for line in mid.splitlines() if line.startswith("| kl | published solver, float32 (the "
+                                                                         "baseline) | 3 |")).split(" | ")  # fmt: skip
+    assert baseline[6] == baseline[7] == "1.00× [1.00× – 1.00×]"
+    fp64 = next(line for line in mid.splitlines() if line.startswith("| kl | published solver, float64 input | 3 |"))
+    assert fp64.split(" | ")[6] == "1.00× [0.5× – 1.50×]"  # 4 s against 2, 4 and 6 s
+    auto = next(line for line in mid.splitlines() if line.startswith("| kl | exact, band() default (auto) | 3 |"))
+    assert auto.split(" | ")[6] == "16× [8.00× – 24×]"
+    assert "band() with its default backend (auto) ran numba in every block of the timed rounds." in mid
+    flat = markdown[markdown.index("### Distribution `flat`"):]
+    assert ("band() with its default backend (auto) ran, in the timed rounds: kl 300: numba; kl 100: numba; "
+            "tv 300: numba; tv 100: numba in 2 of 3 runs, numpy in 1 of 3 runs.") in flat
+    assert "A user's first call: band(x, divergence, 0.05) with its default backend, in a fresh process" in flat
+    assert "| kl | 100 | 3 | numba in 1 of 3 runs, numpy in 2 of 3 runs | 1 s [0.5 s – 1.5 s] | 0.977 ms [0.977 ms – " \
+           "0.977 ms] | numba in 1 of 3 runs, numpy in 2 of 3 runs |" in flat
     bad = json.loads(names[2].read_text())
     bad["delta"] = 0.1
     names[2].write_text(json.dumps(bad))
     assert main(["bench", "--from-json", *map(str, names)]) == 2
     err = capsys.readouterr().err
     assert "run2.json has delta = 0.1" in err and "run0.json has 0.05" in err
+
+
+def test_reports_saved_before_the_float32_baseline_name_theirs_float64(clock_run, tmp_path, capsys):
+    """A report without ``baseline_dtype`` was made when the published solver cast its input to float64: its
+    baseline is labelled so, and a spread refuses to mix it with a float32-baseline run."""
+    old = json.loads(json.dumps(clock_run))
+    del old["baseline_dtype"]
+    bench.derive_ratios(old)
+    markdown = format_markdown(old)
+    assert "| kl | published solver, float64 (the baseline) |" in markdown and "× published float64 1 / " in markdown
+    assert "float32 (the baseline)" not in markdown
+    names = [tmp_path / "new.json", tmp_path / "old.json"]
+    names[0].write_text(json.dumps(clock_run))
+    names[1].write_text(json.dumps(old))
+    assert main(["bench", "--from-json", *map(str, names)]) == 2
+    assert "old.json's published solver computed in float64, " in capsys.readouterr().err
+
+
+def test_markdown_of_a_run_names_the_baseline_and_the_default_backend(clock_run):
+    r = json.loads(json.dumps(clock_run))
+    r["first_calls"] = [_first_call_row(0), {"divergence": "tv", "distribution": "llm", "n_tokens": 100,
+                                             "error": "ValueError: no"}]  # fmt: skip
+    bench.derive_ratios(r)
+    markdown = format_markdown(r)
+    assert markdown.count("| kl | published solver, float32 (the baseline) |") == 3  # one per distribution
+    assert markdown.count("| tv | exact, band() default (auto) |") == 3
+    assert "× published (float32): over the divergence's published solver computing in float32" in markdown
+    assert markdown.count("band() with its default backend (auto) ran numba in every block") == 3
+    assert "| kl | 100 | numpy | 0.5 s | 0.977 ms | numpy |" in markdown
+    assert "| tv | 100 | ValueError: no |  |  |  |" in markdown
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -446,8 +527,8 @@ def test_quick_bench_json_has_every_row_at_equal_threads(quick_run):
     assert ("run serially" in r["thread_note"]) == serial
     assert len(r["machine"]["load_average_start"]) == len(r["machine"]["load_average_end"]) == 3  # Linux
     assert not r["unavailable"], r["unavailable"]
-    assert r["sizes"] == [20_000, 1_000] and r["distributions"] == ["llm", "mid"] and r["rounds"] == 3
-    assert len(r["results"]) == 2 * 3 * 7 * 2 and r["memory"] == []
+    assert r["sizes"] == [20_000, 1_000] and r["distributions"] == ["llm", "mid", "flat"] and r["rounds"] == 3
+    assert len(r["results"]) == 3 * 3 * 9 * 2 and r["memory"] == []  # 3 divergences, 8 methods + the exp pass
     for row in r["results"]:
         for key in ("1", "all"):
             times = row["times"][key]
@@ -506,13 +587,31 @@ def test_quick_bench_accuracy_columns_are_recomputable(quick_run):
                                     for d in r["distributions"]]))  # fmt: skip
     assert len(pts) == r["accuracy_points"]
     exact_lo, exact_up = reference_band_log("kl", pts, r["delta"])
-    lo, up = published_band(torch.from_numpy(pts), "kl", r["delta"])
-    with np.errstate(divide="ignore"):
-        err_lo = rel_log_error(np.log(lo.numpy()), exact_lo).max()
-        err_up = rel_log_error(np.log(up.numpy()), exact_up).max()
-    for row in r["results"]:
-        if row["divergence"] == "kl" and row["method"] == "published":
+    for method, dtype in (("published", torch.float32), ("published-fp64", torch.float64)):
+        lo, up = published_band(torch.from_numpy(pts).to(dtype), "kl", r["delta"])
+        with np.errstate(divide="ignore"):
+            err_lo = rel_log_error(np.log(lo.numpy().astype(np.float64)), exact_lo).max()
+            err_up = rel_log_error(np.log(up.numpy().astype(np.float64)), exact_up).max()
+        rows = [row for row in r["results"] if row["divergence"] == "kl" and row["method"] == method]
+        assert len(rows) == 6 and all(row["input_dtype"] == str(dtype).removeprefix("torch.") for row in rows)
+        for row in rows:
             assert row["max_rel_err_lower"] == err_lo and row["max_rel_err_upper"] == err_up
+
+
+@pytest.mark.slow
+def test_quick_bench_first_calls_are_measured_per_divergence_and_size(quick_run):
+    r, markdown, _ = quick_run
+    rows = r["first_calls"]
+    assert [(row["divergence"], row["n_tokens"]) for row in rows] == [(d, n) for d in ("kl", "tv", "pearson")
+                                                                      for n in (1_000, 20_000)]  # fmt: skip
+    for row in rows:
+        assert "error" not in row, row
+        assert row["distribution"] == "llm" and row["first_call_seconds"] > 0 and row["next_call_seconds"] > 0
+        assert row["backend"] == row["next_backend"] and row["backend"] in ("numpy", "numba")
+        if row["n_tokens"] >= 20_000:  # AUTO_NUMBA_MIN_SIZE: Numba, compiled or loaded, whatever the cache holds
+            assert row["backend"] == "numba"
+    assert "A user's first call: band(x, divergence, 0.05)" in markdown
+    assert {row["picked_backend"] for row in r["results"] if row["method"] == "auto"} == {"numba"}
 
 
 @pytest.mark.slow
@@ -522,11 +621,13 @@ def test_quick_bench_markdown_is_generated_from_the_json(quick_run, capsys):
                                       str(folder / "bench.md")])  # fmt: skip
     assert r["command"] == command and f"Command: `{command}`" in markdown
     assert format_markdown(r) == markdown
-    for distribution in ("llm", "mid"):
+    for distribution in ("llm", "mid", "flat"):
         assert markdown.count(f"### Distribution `{distribution}`") == 1
     llm = markdown[markdown.index("### Distribution `llm`"):markdown.index("### Distribution `mid`")]
     table = [line for line in llm.splitlines() if line.startswith("| kl | ")]
-    assert len(table) == 7  # published, 3 exact backends, 2 table paths, the exp pass
+    assert len(table) == 9  # published float32 and float64, band()'s default, 3 forced backends, 2 tables, exp pass
+    assert table[0].startswith("| kl | published solver, float32 (the baseline) | ")
+    assert "| × published float32 1 / " in llm
     numba = next(line for line in table if "exact, Numba" in line).split(" | ")
     row = next(x for x in r["results"] if (x["distribution"], x["divergence"], x["method"], x["n_tokens"])
                == ("llm", "kl", "numba", 20_000))  # fmt: skip
@@ -568,7 +669,7 @@ def test_exact_rows_of_a_user_generator_sit_beside_the_same_solver(clock_run):
     r = json.loads(json.dumps(clock_run))
     user = "(u-1)*log(u)"
     r["divergences"] = [*r["divergences"], user]
-    copied = [row for row in clock_run["results"] if row["divergence"] == "kl" and row["method"] != "published"]
+    copied = [row for row in clock_run["results"] if row["divergence"] == "kl" and row["kind"] != "published"]
     r["results"] += [{**json.loads(json.dumps(row)), "divergence": user} for row in copied]
     for row in r["results"]:
         if row["divergence"] == "tv":
