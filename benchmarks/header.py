@@ -91,8 +91,7 @@ def header(settings: dict[str, Any], distributions: dict[str, str]) -> dict[str,
             f"median per-call time over {settings['rounds']} interleaved rounds (every method on 1 and on "
             f"{threads} thread(s) and one np.exp pass, A B C ... each round), each entry a batch of back-to-back "
             f"calls lasting >= {settings['min_round_seconds'] * 1e3:g} ms; the first call is excluded "
-            f"(first_call_seconds); band()'s default (auto) makes its first call before the forced backends of "
-            f"each block"
+            f"(first_call_seconds)"
         ),
         "generators": distributions,
         "accuracy_measure": "max |Δ log r| / max(1, |log r|) vs the mpmath oracle (50 digits), float64 inputs "
