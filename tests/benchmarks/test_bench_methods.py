@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from bandcore.oracle import reference_band_log
@@ -28,6 +29,7 @@ def test_flat_distribution_is_minus_uniform_0_20():
     assert 9.95 < u.mean() < 10.05 and 0.65 < np.mean(np.exp(x.astype(np.float64)) < 1e-3) < 0.66  # 1 - log(1000)/20
 
 
+@pytest.mark.slow  # 10 s of 50-digit references
 def test_published_solver_on_float32_has_the_accuracy_its_docstring_says():
     """Float32 in, float32 out, with the docstring's accuracy: the upper bound about eps/delta relative (the
     constraint's rounding), the lower bound a few 2^-21 absolute."""

@@ -413,6 +413,7 @@ HARD = [
 ]
 
 
+@pytest.mark.slow  # each runs into derive()'s 15 s budget
 @pytest.mark.parametrize("formula", HARD)
 def test_hard_generators_return_or_refuse_quickly(formula):
     """A hang guard, not a benchmark: whatever SymPy makes of them, derive() answers in bounded time."""
@@ -428,6 +429,7 @@ def test_hard_generators_return_or_refuse_quickly(formula):
     assert time.perf_counter() - start < 30
 
 
+@pytest.mark.slow  # 15 s: the budget runs out, as in test_hard_generators_return_or_refuse_quickly
 def test_derive_off_the_main_thread_is_bounded_too():
     results = []
     formula = "u - " + "sqrt(" * 29 + "u" + ")" * 29

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiers import sampled
 
 verl = pytest.importorskip("verl")
 from hydra import compose, initialize_config_dir  # noqa: E402
@@ -120,7 +121,7 @@ def test_verl_launch_script_refuses_missing_paths():
     assert done.returncode != 0 and "MODEL_PATH" in done.stderr
 
 
-@pytest.mark.parametrize("route", ["external_modules", "recipe_target"])
+@pytest.mark.parametrize("route", sampled(["external_modules", "recipe_target"], fast=["recipe_target"]))
 def test_bandpo_resolves_in_a_fresh_process(route):
     """What a fresh Ray worker does: the recipe's VERL_USE_EXTERNAL_MODULES, or building the recipe's policy-loss
     config (its _target_), registers "bandpo" in verl's registry."""

@@ -192,6 +192,7 @@ def test_ratios_dtypes_and_transforms():
         table.to_jax()(jnp.asarray([1, 2]))
 
 
+@pytest.mark.slow  # 15 s: fits the 2-D table's threshold series (the other 2-D JAX tests take δ as a constant)
 def test_2d_delta_is_traced_scalar_or_array():
     table = BandTable.shipped("tv", (0.01, 0.2))
     lp = np.log(np.array([[0.001, 0.01, 0.3], [0.5, 0.9, 0.999]]))

@@ -94,6 +94,7 @@ def jeffreys() -> BandTable:
     return BandTable.build(Divergence.from_expression("(u - 1)*log(u)"), 0.05)
 
 
+@pytest.mark.slow  # 11 s: builds a user generator's table
 def test_user_generator_with_logarithmic_tails(jeffreys):
     """(u - 1) log u: log r_lo -> 0 like 1/log(1/L) as p -> 1 and log r_up ~ L - log L as p -> 0, neither
     reachable by an end value or an end tangent; both are tail modes fitted to the oracle."""

@@ -1,0 +1,29 @@
+"""The fast tier's samples: a parametrized check keeps a few of its cases in plain ``pytest`` and runs the rest
+only in the full suite (``-m "slow or not slow"``), so no case is dropped and no assertion changes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+from _pytest.mark.structures import ParameterSet
+
+
+def sampled(values: Iterable[Any], fast: Iterable[Any]) -> list[Any]:
+    """``values`` as parameters, every one not in ``fast`` marked slow (a ``pytest.param`` is matched by its id,
+    or by its single value)."""
+    fast = list(fast)
+    out = []
+    for value in values:
+        if isinstance(value, ParameterSet):
+            key = value.id if value.id is not None else value.values[0]
+            out.append(value if key in fast else pytest.param(*value.values, id=value.id,
+                                                               marks=[*value.marks, pytest.mark.slow]))
+        else:
+            out.append(value if value in fast else pytest.param(value, marks=pytest.mark.slow))
+    missing = [f for f in fast if f not in [v.id if isinstance(v, ParameterSet) else v for v in values]
+               and f not in [v.values[0] for v in values if isinstance(v, ParameterSet)]]
+    if missing:
+        raise ValueError(f"fast samples {missing} are not among the parameters")
+    return out
