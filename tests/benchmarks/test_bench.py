@@ -656,6 +656,9 @@ def test_gpu_check_script_runs_on_cpu(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(root)}
     cmd = [sys.executable, str(root / "scripts" / "gpu_check.py"), "--device", "cpu", "--n", "4096"]
     cmd += ["--compile-backend", "eager"]  # inductor / aot_eager code generation takes minutes on a CPU
+    # compiling KL's solver checks the script's plumbing; tracing the generic solver (alpha(0.5), a minute on a CPU)
+    # is checked by tests/band/test_band.py::test_torch_compile (hellinger)
+    cmd += ["--compile", "kl"]
     proc = subprocess.run([*cmd, "--points", "6", "--json", str(out)], capture_output=True, text=True, env=env)
     report = json.loads(out.read_text())
     failed = [c for c in report["checks"] if not c["ok"]]
