@@ -9,9 +9,11 @@ import time
 import mpmath as mp
 import pytest
 import sympy as sp
+from tiers import sampled
 
 from bandcore import Divergence
 from bandcore.derive import DELTA, Derivation, P, catalogue, derive, series_coefficients
+from bandcore.derive.closed_forms import derivation
 from bandcore.derive.generator_facts.budget import BudgetExceeded, bounded, deadline, time_limit
 from bandcore.divergences import GeneratorError
 from bandcore.oracle import band_log_mp
@@ -413,10 +415,14 @@ HARD = [
 ]
 
 
-@pytest.mark.slow  # each runs into derive()'s 15 s budget
-@pytest.mark.parametrize("formula", HARD)
-def test_hard_generators_return_or_refuse_quickly(formula):
-    """A hang guard, not a benchmark: whatever SymPy makes of them, derive() answers in bounded time."""
+@pytest.mark.parametrize("formula", sampled(HARD, fast=["long-sum"]))  # each runs into derive()'s budget
+def test_hard_generators_return_or_refuse_quickly(formula, monkeypatch):
+    """A hang guard, not a benchmark: whatever SymPy makes of them, derive() answers in bounded time.  The
+    default budget (15 s) is kept for one of them; the others run under a 3 s budget (the same guard, sooner)."""
+    budget = derivation.DERIVE_SECONDS
+    if formula != HARD[1].values[0]:  # nested-sqrt: the default budget
+        budget = 3.0
+        monkeypatch.setattr(derivation, "DERIVE_SECONDS", budget)
     start = time.perf_counter()
     try:
         d = derive(formula)
@@ -426,7 +432,7 @@ def test_hard_generators_return_or_refuse_quickly(formula):
         assert d.notes and isinstance(d.to_markdown(), str)
         if d.upper is None:
             assert any(note.startswith("upper bound: no closed form") for note in d.notes)
-    assert time.perf_counter() - start < 30
+    assert time.perf_counter() - start < budget + 15
 
 
 @pytest.mark.slow  # 15 s: the budget runs out, as in test_hard_generators_return_or_refuse_quickly
