@@ -15,9 +15,9 @@ from .drivers import SERIAL_MAX, by_value_source, serial_and_parallel
 from .grid import KernelBound
 from .ops import numpy_ops, torch_ops
 from .slots import KINDS
-from .sources import call_generated, generated_source, load_generated, vectorised_module
+from .sources import call_generated, generated_name, generated_source, is_ready, load_generated, vectorised_module
 
-__all__ = ["CHUNKS", "TABLE_BLOCK", "lookup_module", "run_lookup", "run_lookup_torch"]
+__all__ = ["CHUNKS", "TABLE_BLOCK", "lookup_module", "lookup_ready", "run_lookup", "run_lookup_torch"]
 # The table kernel (:func:`lookup_module`) runs :mod:`.lookup`'s steps (its docstring) with the fast ops
 # (:mod:`.numba_fast_ops`) and every select computed: per run of blocks (one buffer allocation), per block of
 # BLOCK tokens, per bound, a vectorised loop for the cells' variables and octaves, a scalar loop for the gathers,
@@ -186,6 +186,23 @@ def lookup_module() -> ModuleType:
     return load_generated(_lookup_source(), _PREFIX)
 
 
+def _signature(size: int, dtype: Any, out_dtype: Any, ratios: bool) -> str:
+    name = "table_kernel" if size > SERIAL_MAX else "table_kernel_serial"
+    return f"{name}-{np.dtype(dtype).name}-{np.dtype(out_dtype).name}-{ratios}"
+
+
+def lookup_ready(size: int, dtype: Any, out_dtype: Any, ratios: bool) -> bool:
+    """Whether :func:`run_lookup` on Numba runs without a compile for ``size`` tokens of ``dtype`` (its serial or
+    parallel driver, this output): the kernel ran in this process, or its machine code is in the cache on disk
+    (:func:`.sources.is_ready`).  Imports no Numba."""
+    return is_ready(_lookup_name(), _signature(size, dtype, out_dtype, ratios))
+
+
+@lru_cache(maxsize=1)
+def _lookup_name() -> str:
+    return generated_name(_lookup_source(), _PREFIX)
+
+
 def _vectorised(backend: str) -> ModuleType:
     xp = numpy_ops if backend == "numpy" else torch_ops()
     return vectorised_module((lookup,), xp, f"bandcore.kernels.lookup_{backend}", {})
@@ -209,7 +226,7 @@ def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dt
         def call(module: ModuleType) -> int:
             return getattr(module, name)(log_p, lower.arrays(), upper.arrays(), tol, ratios, out_lo, out_up)
 
-        signature = f"{name}-{log_p.dtype.name}-{np.dtype(out_dtype).name}-{ratios}"
+        signature = _signature(log_p.size, log_p.dtype, out_dtype, ratios)
         _, above = call_generated(lookup_module(), _lookup_source(), _PREFIX, signature, call)
         return out_lo, out_up, int(above)
     lp = log_p.astype(np.float64, copy=False)

@@ -39,6 +39,7 @@ from .._contract import LOG_P_TOLERANCE as _LOG_P_TOLERANCE
 from .._contract import check_backend
 from ..band import AUTO_NUMBA_MIN_SIZE, band_log
 from ..divergences import Divergence, resolve_regions
+from ..kernels.lookup_drivers import lookup_ready
 from .bound_io import (
     bound_arrays,
     bound_metadata,
@@ -139,8 +140,10 @@ class BandTable:
         """(log_lower, log_upper) for ``old_log_prob`` (NumPy array, scalar, or torch tensor).
 
         One evaluation source (:mod:`bandcore.kernels.lookup`) on every backend: ``"auto"`` reads a CPU input
-        with Numba from :data:`bandcore.band.AUTO_NUMBA_MIN_SIZE` tokens on and with NumPy below (so a small
-        lookup imports no Numba), a tensor on an accelerator with torch; ``"numpy"``, ``"numba"``, ``"torch"``
+        with Numba where its lookup kernel for that size class, dtype and output is ready (it ran in this process
+        or is in the cache on disk: no compile), else with Numba from :data:`bandcore.band.AUTO_NUMBA_MIN_SIZE`
+        tokens on and with NumPy below (so a small lookup on a cold cache waits for no compile), a tensor on an
+        accelerator with torch; ``"numpy"``, ``"numba"``, ``"torch"``
         force one.  A torch input never raises: log p above the tolerance gives NaN (no host synchronisation).
         """
         return self._bounds(old_log_prob, backend, False)
@@ -199,7 +202,8 @@ class BandTable:
             lo, up = (lo.exp(), up.exp()) if ratios else (lo, up)
             return lo.numpy().astype(out_dtype), up.numpy().astype(out_dtype), int((flat > _LOG_P_TOLERANCE).sum())
         if backend == "auto":
-            backend = "numba" if flat.size >= AUTO_NUMBA_MIN_SIZE else "numpy"
+            ready = flat.size >= AUTO_NUMBA_MIN_SIZE or lookup_ready(flat.size, flat.dtype, out_dtype, ratios)
+            backend = "numba" if ready else "numpy"
         return eval_log(flat, self.lower.kernel, self.upper.kernel, out_dtype, _LOG_P_TOLERANCE, backend, ratios)
 
     def _cpu_tensor(self, tensor, dtype, backend: str, device, ratios: bool):
