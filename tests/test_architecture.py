@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,10 +17,11 @@ from bandcore.cli import main
 HEAVY = ("sympy", "cvxpy", "numba", "torch", "matplotlib")
 
 
-def _loaded_after(code: str) -> list[str]:
-    """Heavy top-level packages loaded by ``code`` in a fresh interpreter."""
+def _loaded_after(code: str, cache: Path | None = None) -> list[str]:
+    """Heavy top-level packages loaded by ``code`` in a fresh interpreter (``cache``: its kernel cache)."""
     script = f"import sys, json\n{code}\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    env = {**os.environ, "BANDCORE_CACHE": str(cache)} if cache is not None else None
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env).stdout
     return sorted(set(json.loads(out.strip().splitlines()[-1])) & set(HEAVY))
 
 
@@ -38,13 +41,13 @@ def test_kl_band_on_numpy_loads_no_heavy_library():
         assert _loaded_after(code.replace("'kl'", repr(name))) == []
 
 
-def test_shipped_table_lookup_loads_no_heavy_library():
-    """Loading a shipped table (its spot check runs the exact KL solver) and a small lookup: NumPy only."""
-    code = (
-        "import numpy as np, bandcore as bc; t = bc.BandTable.shipped('kl', 0.05); "
-        "t.log(np.log([0.01, 0.5]))"
-    )
-    assert _loaded_after(code) == []
+def test_shipped_table_lookup_loads_no_heavy_library(tmp_path):
+    """Loading a shipped table (its spot check runs the exact KL solver) and a small lookup: NumPy only, with
+    backend="numpy" always and with "auto" on a cold kernel cache (a ready Numba kernel is picked: see
+    tests/tables/test_tables_auto.py)."""
+    load = "import numpy as np, bandcore as bc; t = bc.BandTable.shipped('kl', 0.05); "
+    assert _loaded_after(load + "t.log(np.log([0.01, 0.5]), backend='numpy')") == []
+    assert _loaded_after(load + "t.log(np.log([0.01, 0.5]))", cache=tmp_path) == []
 
 
 def test_submodule_import_keeps_the_public_functions():

@@ -352,7 +352,7 @@ def check_certificate(table) -> None:
 
 def spot_check(table: BandTable, where: Any = "table", *, n: int = SPOT_CHECKS, seed: int = 0) -> None:
     """Re-evaluate ``n`` seeded points of ``table`` (random cells, random position in the cell, half per
-    bound) with :func:`bandcore.band.band_log` (backend "numpy"); raise :class:`TableFileError` naming
+    bound) with :func:`bandcore.band.band_log`, both read with NumPy; raise :class:`TableFileError` naming
     ``where`` and the point where the table is off by more than its certified error."""
     rng = np.random.default_rng(seed)
     try:
@@ -367,7 +367,7 @@ def spot_check(table: BandTable, where: Any = "table", *, n: int = SPOT_CHECKS, 
         exact = np.asarray(band_log(-L, div, table.delta, backend="numpy")[index], dtype=np.float64)
         if isinstance(bound, SplitBound):  # near the threshold the float64 solvers are not exact
             exact = exact_bound_log(bound, div, table.delta, index, L)
-        approx = table.log(-L)[index]
+        approx = table.log(-L, backend="numpy")[index]  # loading a table imports no Numba
         err = rel_log_error(approx, exact)
         worst = int(np.argmax(err))
         if err[worst] > tol:
