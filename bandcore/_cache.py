@@ -15,7 +15,8 @@ Faults, each survived with the same bounds:
   entry when the check fails.
 * **Concurrent writers** (several processes starting at once on an empty cache): every file is written to a
   temporary file in its own folder and moved into place with :func:`os.replace`, which is atomic, so a reader sees
-  the old file or the new one, never half of one; writers of one entry write the same bytes.
+  the old file or the new one, never half of one; writers of one entry write the same bytes.  An entry that is
+  costly to build (a Numba compile) is built under :func:`exclusive`, so that the others wait and read it.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["CacheWarning", "cache_root", "configured_root", "read_bytes", "write_atomic"]
+__all__ = ["CacheWarning", "cache_root", "configured_root", "exclusive", "read_bytes", "write_atomic"]
 
 
 class CacheWarning(UserWarning):
@@ -85,6 +89,45 @@ def _fall_back(configured: Path, error: OSError) -> Path:
         stacklevel=3,
     )
     return root
+
+
+#: How long :func:`exclusive` waits for another process's lock before going on without it (seconds)
+EXCLUSIVE_WAIT = 300.0
+
+
+@contextmanager
+def exclusive(folder: str, name: str, wait: float = EXCLUSIVE_WAIT) -> Iterator[bool]:
+    """Hold the lock file ``cache_root()/folder/name`` exclusively across processes (POSIX ``flock``) for the
+    body; yields whether it was held.  The kernel drops the lock when its holder exits, killed or not.  After
+    ``wait`` seconds, where there is no ``flock`` (Windows) or the file cannot be opened, the body runs without
+    it: a lock saves duplicate work only, so it never blocks a caller for good."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield False
+        return
+    try:
+        directory = cache_root() / folder
+        directory.mkdir(parents=True, exist_ok=True)
+        handle = os.open(directory / name, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield False
+        return
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    held = False
+                    break
+                time.sleep(0.02)
+        yield held
+    finally:
+        os.close(handle)  # releases the lock
 
 
 def write_atomic(folder: str, name: str, data: bytes) -> Path:

@@ -15,7 +15,9 @@ metadata slots):
 pickles) on the first call of each signature, and a truncated or damaged one raises there (``UnpicklingError``,
 ``EOFError``, ...).  :func:`call_generated` makes that first call guarded: on any exception it deletes Numba's
 files of the module, imports the module afresh (Numba then compiles it again) and calls once more; a second
-failure is raised.  After a signature's first call succeeds, a marker file ``<module>.<signature>.ready`` is put
+failure is raised.  Processes that start at once on a cold cache compile a signature once: its first call holds
+the lock ``<module>.<signature>.lock`` (:func:`bandcore._cache.exclusive`), so the others wait and load the machine
+code the first one cached.  After a signature's first call succeeds, a marker file ``<module>.<signature>.ready`` is put
 beside the module: :func:`is_ready` tells whether a signature runs without a compile, in this process or (Numba's
 cache being on disk) in the next.
 """
@@ -34,7 +36,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .._cache import cache_root, write_atomic
+from .._cache import cache_root, exclusive, write_atomic
 from . import slots
 
 __all__ = ["FASTMATH", "NUMBA_FOLDER", "call_generated", "generated_name", "generated_source", "is_ready",
@@ -153,11 +155,12 @@ def call_generated(module: ModuleType, source: str, prefix: str, signature: str,
     module returned is the one to use from then on."""
     if (module.__name__, signature) in _RAN:
         return module, call(module)
-    try:
-        result = call(module)
-    except Exception:
-        module = _reloaded(module, source, prefix)
-        result = call(module)
+    with exclusive(NUMBA_FOLDER, f"{module.__name__}.{signature}.lock"):  # one compile across processes
+        try:
+            result = call(module)
+        except Exception:
+            module = _reloaded(module, source, prefix)
+            result = call(module)
     with _LOCK:
         _RAN.add((module.__name__, signature))
     try:

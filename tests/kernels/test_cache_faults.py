@@ -34,7 +34,11 @@ with warnings.catch_warnings(record=True) as caught:
     for spelling, backend in {cases!r}:
         lower, upper = bc.band_log(x, spelling, 0.05, backend=backend)
         out[spelling + "|" + backend] = [lower.tolist(), upper.tolist()]
-print(json.dumps([out, [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]]))
+import sys
+from numba.core.dispatcher import Dispatcher
+compiled = sum(sum(f.stats.cache_misses.values()) for name, m in list(sys.modules.items())
+               if name.startswith("bandcore_numba_") for f in vars(m).values() if isinstance(f, Dispatcher))
+print(json.dumps([out, [str(w.message) for w in caught if issubclass(w.category, CacheWarning)], compiled]))
 """
 
 
@@ -43,7 +47,7 @@ def _bounds(cache: Path, cases: list[tuple[str, str]]) -> tuple[dict, list[str]]
     done = subprocess.run([sys.executable, "-c", BOUNDS.format(cases=cases)], env=env, capture_output=True,
                           text=True, timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
-    out, warned = json.loads(done.stdout.strip().splitlines()[-1])
+    out, warned, _ = json.loads(done.stdout.strip().splitlines()[-1])
     return out, warned
 
 
@@ -151,6 +155,8 @@ def test_damaged_kernel_files_are_rebuilt(tmp_path, pattern):
 
 @pytest.mark.slow
 def test_processes_starting_at_once_on_an_empty_cache_agree(tmp_path):
+    """Four processes on one empty cache: the same bounds, every write whole, and the Numba kernel compiled by one
+    of them (the others wait for its lock and load the machine code it cached)."""
     cases = [(USER, "numpy"), ("kl", "numba")]
     env = {**os.environ, "BANDCORE_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT)}
     script = BOUNDS.format(cases=cases)
@@ -162,9 +168,10 @@ def test_processes_starting_at_once_on_an_empty_cache_agree(tmp_path):
         assert run.returncode == 0, stderr[-4000:]
         results.append(json.loads(stdout.strip().splitlines()[-1]))
     expected = _reference(cases)
-    for out, warned in results:
+    for out, warned, _ in results:
         _assert_same(out, expected)
         assert not warned
+    assert sorted(compiled > 0 for _, _, compiled in results) == [False, False, False, True]
     assert not [p for p in tmp_path.rglob("*.tmp")]  # every write completed or cleaned up
     after, _ = _bounds(tmp_path, cases)  # what they left is whole
     _assert_same(after, expected)
@@ -182,3 +189,19 @@ def test_numba_cache_files_of_a_module_are_found():
     found = sources._numba_files(module)
     assert any(p.suffix == ".nbi" for p in found) and any(p.suffix == ".nbc" for p in found)
     assert all(p.name.startswith(Path(module.__file__).stem + ".") for p in found)
+
+
+def test_a_held_lock_makes_others_wait_then_go_on_without_it(tmp_path, monkeypatch):
+    """exclusive(): a second holder waits while the first holds the lock, and after its wait runs without it
+    (a lock only saves duplicate work); once released, the lock is free again."""
+    import time
+
+    monkeypatch.setenv("BANDCORE_CACHE", str(tmp_path))
+    with _cache.exclusive("numba", "k.lock") as first:
+        assert first is True
+        start = time.monotonic()
+        with _cache.exclusive("numba", "k.lock", wait=0.3) as second:
+            assert second is False
+        assert time.monotonic() - start >= 0.3
+    with _cache.exclusive("numba", "k.lock", wait=0.0) as again:
+        assert again is True
