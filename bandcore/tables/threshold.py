@@ -111,22 +111,34 @@ def near_exact(div: Divergence, delta: float, side: str, L_points, guess: np.nda
             def h(t, g=g):
                 return g(t) - delta_mp
 
-            t0 = mp.mpf(float(t0)) if math.isfinite(t0) and -745 < t0 <= 0 else mp.mpf(-60)  # the bracket widens
-            step = mp.mpf(1)
-            lo, hi = t0 - step, min(t0 + step, mp.mpf(0) if side == "lower" else mp.mpf(-1e-30))
-            for _ in range(12):
-                if h(lo) > 0:
+            exact_guess = math.isfinite(t0) and -745 < t0 <= 0
+            t0 = mp.mpf(float(t0)) if exact_guess else mp.mpf(-60)  # the bracket widens
+            # the branch ends where q = p, g = 0: t = log r = 0 (lower), t = log(1 - q) = log(1 - p) (upper)
+            top = mp.mpf(0) if side == "lower" else mp.log(one_minus_p)
+            # the guess is mostly exact to ~1e-12 and good to a few per cent near the threshold: the bracket starts
+            # at 1e-6 (relative) around it and widens 16-fold until it holds the root
+            step = mp.mpf(1e-6) * max(1, abs(t0)) if exact_guess else mp.mpf(1)
+            lo, hi = t0 - step, min(t0 + step, top)
+            h_lo, h_hi = h(lo), h(hi)
+            for _ in range(16):  # h decreases in t: lo needs h > 0, hi h <= 0 (a NaN widens further)
+                if h_lo > 0:
                     break
-                step *= 2
+                if h_lo <= 0:
+                    hi, h_hi = lo, h_lo
+                step *= 16
                 lo = t0 - step
-            for _ in range(12):
-                if h(hi) <= 0:
+                h_lo = h(lo)
+            for _ in range(16):
+                if h_hi <= 0:
                     break
-                step *= 2
-                hi = min(t0 + step, mp.mpf(0) if side == "lower" else mp.mpf(-1e-30))
-            if not (h(lo) > 0 >= h(hi)):
+                if h_hi > 0:
+                    lo, h_lo = hi, h_hi
+                step *= 16
+                hi = min(t0 + step, top)
+                h_hi = h(hi)
+            if not (h_lo > 0 >= h_hi):
                 raise ValueError(f"no root of g_f = delta bracketed near log u = {float(t0)!r} at L = {mp.nstr(L, 20)}")
-            t = _illinois(h, lo, hi)
+            t = _illinois(h, lo, hi, h_lo, h_hi)
             # slope: d t / dL = -(dh/dL) / (dh/dt), dh/dL = -dh/d(log p) at fixed t
             dh_dt = mp.diff(h, t)
 
@@ -143,9 +155,9 @@ def near_exact(div: Divergence, delta: float, side: str, L_points, guess: np.nda
     return values, slopes
 
 
-def _illinois(h, lo, hi):
-    """Root of h in [lo, hi] with h(lo) > 0 >= h(hi) (Illinois regula falsi), to ~DPS - 12 digits in t."""
-    f_lo, f_hi = h(lo), h(hi)
+def _illinois(h, lo, hi, f_lo, f_hi):
+    """Root of h in [lo, hi] with f_lo = h(lo) > 0 >= f_hi = h(hi) (Illinois regula falsi), to ~DPS - 12 digits
+    in t."""
     side = 0
     tol = mp.mpf(10) ** -22  # absolute in t = log u: far below a float64 ulp of |t| >= 1e-6
     for _ in range(120):
