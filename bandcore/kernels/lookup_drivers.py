@@ -186,9 +186,13 @@ def lookup_module() -> ModuleType:
     return load_generated(_lookup_source(), _PREFIX)
 
 
+def _driver(size: int) -> str:
+    """The driver that reads ``size`` tokens: serial up to SERIAL_MAX, parallel above."""
+    return "table_kernel" if size > SERIAL_MAX else "table_kernel_serial"
+
+
 def _signature(size: int, dtype: Any, out_dtype: Any, ratios: bool) -> str:
-    name = "table_kernel" if size > SERIAL_MAX else "table_kernel_serial"
-    return f"{name}-{np.dtype(dtype).name}-{np.dtype(out_dtype).name}-{ratios}"
+    return f"{_driver(size)}-{np.dtype(dtype).name}-{np.dtype(out_dtype).name}-{ratios}"
 
 
 def lookup_ready(size: int, dtype: Any, out_dtype: Any, ratios: bool) -> bool:
@@ -221,7 +225,7 @@ def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dt
     if backend == "numba":
         out_lo = np.empty(log_p.shape, dtype=out_dtype)
         out_up = np.empty(log_p.shape, dtype=out_dtype)
-        name = "table_kernel" if log_p.size > SERIAL_MAX else "table_kernel_serial"
+        name = _driver(log_p.size)
 
         def call(module: ModuleType) -> int:
             return getattr(module, name)(log_p, lower.arrays(), upper.arrays(), tol, ratios, out_lo, out_up)

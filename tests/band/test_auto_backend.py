@@ -4,18 +4,13 @@ kernels' one cache of bound solvers, not from timings."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+from fresh import fresh_json
 
 import bandcore as bc
 from bandcore.band import AUTO_NUMBA_MIN_SIZE
-
-ROOT = Path(__file__).resolve().parents[2]
 
 #: A small auto call in a fresh process: the backends bound, whether Numba was imported, the bounds.
 SMALL_CALL = """
@@ -29,11 +24,7 @@ print(json.dumps([bound, "numba" in sys.modules, lower.tolist(), upper.tolist()]
 
 
 def _small_call(cache: Path, backend: str = "") -> list:
-    env = {**os.environ, "BANDCORE_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
-    code = SMALL_CALL.format(backend=f", backend={backend!r}" if backend else "")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return fresh_json(SMALL_CALL.format(backend=f", backend={backend!r}" if backend else ""), cache)
 
 
 def test_a_cold_process_runs_small_calls_on_numpy_until_the_numba_kernel_is_on_disk(tmp_path):

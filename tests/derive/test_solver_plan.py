@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
+from fresh import fresh_json
 
 import bandcore as bc
 from bandcore.derive import solver_plan
 from bandcore.derive.codegen.plans import PLANS_FOLDER, build_plan
 from bandcore.plan import GENERATOR_FUNCTIONS, PlanError, SolverPlan, check_source
 
-ROOT = Path(__file__).resolve().parents[2]
 LOG_P = -np.logspace(-12, np.log10(800.0), 400)
 
 
@@ -104,13 +100,6 @@ def test_the_forced_generic_plan_of_kl_solves_kl():
     assert build_plan(div, generic=True) == generic
 
 
-def _run(code: str, cache: Path) -> str:
-    env = {**os.environ, "BANDCORE_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip().splitlines()[-1]
-
-
 FIRST_CALL = """
 import json, sys, numpy as np, bandcore as bc
 lower, upper = bc.band_log(-np.logspace(-12, np.log10(800.0), 400), {spelling!r}, 0.05, backend="numpy")
@@ -122,23 +111,23 @@ print(json.dumps(["sympy" in sys.modules, lower.tolist(), upper.tolist()]))
 def test_a_new_process_with_a_warm_cache_skips_sympy(tmp_path, spelling):
     """The first process derives the plan (SymPy) and writes it beside the seeds; the next binds the user
     formula from the plan file without importing SymPy, with the same bounds bit for bit."""
-    first = json.loads(_run(FIRST_CALL.format(spelling=spelling), tmp_path))
+    first = fresh_json(FIRST_CALL.format(spelling=spelling), tmp_path)
     assert first[0]  # derived
     assert len(list((tmp_path / PLANS_FOLDER).glob("*.json"))) == 1
-    second = json.loads(_run(FIRST_CALL.format(spelling=spelling), tmp_path))
+    second = fresh_json(FIRST_CALL.format(spelling=spelling), tmp_path)
     assert not second[0]
     assert second[1:] == first[1:]
 
 
 def test_a_damaged_plan_file_is_derived_again(tmp_path):
     spelling = "(u-1)**4 + abs(u-1)"
-    first = json.loads(_run(FIRST_CALL.format(spelling=spelling), tmp_path))
+    first = fresh_json(FIRST_CALL.format(spelling=spelling), tmp_path)
     (file,) = (tmp_path / PLANS_FOLDER).glob("*.json")
     whole = file.read_bytes()
     edited = whole.replace(b'"kind": "generic"', b'"kind": "kl"')  # valid JSON, digest no longer matches
     for damaged in (whole[: len(whole) // 3], b"\xff\xfe not json", edited):
         file.write_bytes(damaged)
-        again = json.loads(_run(FIRST_CALL.format(spelling=spelling), tmp_path))
+        again = fresh_json(FIRST_CALL.format(spelling=spelling), tmp_path)
         assert again[0]  # derived again (SymPy) ...
         assert again[1:] == first[1:]  # ... to the same bounds
         assert file.read_bytes() == whole  # and written again

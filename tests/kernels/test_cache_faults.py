@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fresh import fresh_env, fresh_json
 
 import bandcore as bc
 from bandcore import _cache
 from bandcore._cache import CacheWarning
 from bandcore.kernels import compiled, sources
 
-ROOT = Path(__file__).resolve().parents[2]
 USER = "(u-1)**4 + abs(u-1)**1.5"
 
 #: Bounds of one formula on given backends in a fresh process, with the warnings it raised.
@@ -43,11 +43,7 @@ print(json.dumps([out, [str(w.message) for w in caught if issubclass(w.category,
 
 
 def _bounds(cache: Path, cases: list[tuple[str, str]]) -> tuple[dict, list[str]]:
-    env = {**os.environ, "BANDCORE_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", BOUNDS.format(cases=cases)], env=env, capture_output=True,
-                          text=True, timeout=900)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    out, warned, _ = json.loads(done.stdout.strip().splitlines()[-1])
+    out, warned, _ = fresh_json(BOUNDS.format(cases=cases), cache)
     return out, warned
 
 
@@ -158,10 +154,9 @@ def test_processes_starting_at_once_on_an_empty_cache_agree(tmp_path):
     """Four processes on one empty cache: the same bounds, every write whole, and the Numba kernel compiled by one
     of them (the others wait for its lock and load the machine code it cached)."""
     cases = [(USER, "numpy"), ("kl", "numba")]
-    env = {**os.environ, "BANDCORE_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT)}
     script = BOUNDS.format(cases=cases)
-    runs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True) for _ in range(4)]  # fmt: skip
+    runs = [subprocess.Popen([sys.executable, "-c", script], env=fresh_env(tmp_path), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(4)]  # fmt: skip
     results = []
     for run in runs:
         stdout, stderr = run.communicate(timeout=900)

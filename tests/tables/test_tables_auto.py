@@ -4,19 +4,14 @@ dtype and output is ready (run in this process or cached on disk), and with NumP
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fresh import fresh_json
 
 from bandcore import BandTable
 from bandcore.kernels.lookup_drivers import lookup_ready
-
-ROOT = Path(__file__).resolve().parents[2]
 
 #: A small table call in a fresh process: whether Numba was imported, and the ratio bounds.
 SMALL_CALL = """
@@ -29,11 +24,7 @@ print(json.dumps(["numba" in sys.modules, lower.tolist(), upper.tolist()]))
 
 
 def _small_call(cache: Path, backend: str = "") -> list:
-    env = {**os.environ, "BANDCORE_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
-    code = SMALL_CALL.format(backend=f", backend={backend!r}" if backend else "")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return fresh_json(SMALL_CALL.format(backend=f", backend={backend!r}" if backend else ""), cache)
 
 
 @pytest.mark.slow  # three fresh interpreters and one compile of the lookup kernel
