@@ -32,6 +32,7 @@ import linecache
 import sys
 import threading
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -101,8 +102,10 @@ def generated_source(modules: list[ModuleType], ops: str, extra: list[str], driv
     return "\n".join([*header, *bodies, *extra, *jitted, driver])
 
 
+@lru_cache(maxsize=256)
 def generated_name(source: str, prefix: str) -> str:
-    """The module name (and file stem) of a generated ``source``."""
+    """The module name (and file stem) of a generated ``source`` (remembered per text: hashing it again took as long
+    as a third of a 10k-token table lookup)."""
     return f"{prefix}_{hashlib.sha256(source.encode()).hexdigest()[:20]}"
 
 
