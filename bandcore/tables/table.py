@@ -189,9 +189,10 @@ class BandTable:
                 f"old_log_prob must be <= 0 (log-probabilities; values up to {_LOG_P_TOLERANCE:g} are read as 0), "
                 f"got {above} value(s) above, max {np.nanmax(arr)!r}"
             )
+        if lo.dtype == arr.dtype:
+            return lo.reshape(arr.shape), up.reshape(arr.shape)
         with np.errstate(over="ignore"):  # float16 output: a ratio beyond its range is inf
-            return (lo.reshape(arr.shape).astype(arr.dtype, copy=False),
-                    up.reshape(arr.shape).astype(arr.dtype, copy=False))  # fmt: skip
+            return lo.reshape(arr.shape).astype(arr.dtype), up.reshape(arr.shape).astype(arr.dtype)
 
     def _lookup(self, flat: np.ndarray, out_dtype, backend: str, ratios: bool):
         if backend == "torch":
