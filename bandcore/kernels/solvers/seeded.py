@@ -78,7 +78,7 @@ def generic_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None
     ``lq``: log(1 - p) as the seed loop computed it (:func:`.common._regular`), else computed here."""
     lps, lq = _regular(lp, lq)
     p = xp.exp(lps)
-    pc = xp.exp(lq)
+    pc = -xp.expm1(lps)  # 1 - p as lq was computed from (in the Numba kernels, exp's range reduction is shared)
     log_r, _, up_saturated, up_done, d_up = polished_root(lps, lq, p, pc, delta, log_w_up)
     _, log_s, lo_saturated, lo_done, d_lo = polished_root(lq, lps, pc, p, delta, log_w_lo)
     upper = xp.where(up_saturated, -lps, xp.minimum(log_r, -lps))
@@ -125,7 +125,7 @@ def kl_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None):
     :func:`generic_polished_bounds`."""
     lps, lq = _regular(lp, lq)
     p = xp.exp(lps)
-    pc = xp.exp(lq)
+    pc = -xp.expm1(lps)  # as in generic_polished_bounds
     seeded = xp.logical_and(xp.logical_and(xp.isfinite(log_w_up), lps >= LOG_P_TINY),
                             xp.logical_and(xp.isfinite(log_w_lo), lq >= LOG_P_TINY))  # fmt: skip
     log_r = kl_polish(p, pc, log_w_up, delta)[0]
