@@ -104,8 +104,8 @@ def generated_source(modules: list[ModuleType], ops: str, extra: list[str], driv
 
 @lru_cache(maxsize=256)
 def generated_name(source: str, prefix: str) -> str:
-    """The module name (and file stem) of a generated ``source`` (remembered per text: hashing it again took as long
-    as a third of a 10k-token table lookup)."""
+    """The module name (and file stem) of a generated ``source``; remembered per text, as the table lookup asks for
+    it on every call (``docs/kernel_measurements.md``)."""
     return f"{prefix}_{hashlib.sha256(source.encode()).hexdigest()[:20]}"
 
 
