@@ -84,7 +84,7 @@ STATUS[INDEX] = np.int8(st)'''
 #: compacted, so that REFINED runs in a vectorised loop over them only (up to REFINE_PASSES times, compacting
 #: again after each); what is still NOT_CONVERGED then goes to the driver's fallback.
 _REFINE_LEFT = '''    left = np.empty(BLOCK, dtype=np.int64)
-    k = 0
+    k = np.int64(0)  # not the literal 0: Numba would compile refine_left a second time for Literal[int](0)
     for j in range(log_p.size):  # branch-free compaction
         left[k] = j
         k += st_out[j] == np.int8(NOT_CONVERGED)
@@ -210,7 +210,7 @@ def _solver_drivers(kind: str, output: str) -> str:
         if refined:
             block += _REFINE_FUNCTION.replace("{output}", output).replace("REFINED", refined)
             block = block.replace("OUT", OUTPUTS[output])
-        fallback = _FALLBACK.replace("{solve}", _token(solve, "seed", 12, output, block=False))
+        fallback = _FALLBACK.replace("{solve}", _token(solve, "by_value(seed)", 12, output, block=False))
     elif output == "_ratio" and kind in _registry.RATIO_ENTRY_POINTS:  # the ratios themselves, not exp of logs
         ratio = _token(_registry.RATIO_ENTRY_POINTS[kind], "seed", 8, output, block=True, store="")
         block = _BLOCK.format(output=output, seeds="", solve=ratio, read=_READ["as_is"])
