@@ -266,10 +266,6 @@ def test_torch_compile():
         lower, upper, _ = compiled(x)
         ref_lower, ref_upper = bc.band_log(x.numpy(), name, 0.05, backend="numpy")
         assert close(lower.numpy(), ref_lower, 1e-13) and close(upper.numpy(), ref_upper, 1e-13)
-    compiled = torch.compile(torch_function("kl", 0.05), backend="eager", dynamic=False, fullgraph=True)
-    lower, upper, _ = compiled(x)
-    ref_lower, ref_upper = bc.band_log(x.numpy(), "kl", 0.05, backend="numpy")
-    assert close(lower.numpy(), ref_lower, 1e-13) and close(upper.numpy(), ref_upper, 1e-13)
 
 
 # ---- `bandcore bounds` -------------------------------------------------------------------------------------
