@@ -32,7 +32,7 @@ import linecache
 import sys
 import threading
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -52,16 +52,18 @@ NUMBA_FOLDER = "numba"
 _LOCK = threading.Lock()
 
 
-def _body(module: ModuleType) -> tuple[str, list[str]]:
+@cache
+def _body(module: ModuleType) -> tuple[str, tuple[str, ...]]:
     """The module's source without its relative imports and ``__future__`` (their names are defined before it in
-    the concatenated text, or given), and the names of its functions."""
+    the concatenated text, or given), and the names of its functions; read and parsed once per module (a plan
+    bound to a new δ asks for its generated source again)."""
     lines = inspect.getsource(module).splitlines()
     for node in ast.parse("\n".join(lines)).body:
         if isinstance(node, ast.ImportFrom) and (node.level > 0 or node.module == "__future__"):
             lines[node.lineno - 1 : node.end_lineno] = [""] * (node.end_lineno - node.lineno + 1)
     names = [name for name, value in vars(module).items()
              if inspect.isfunction(value) and value.__module__ == module.__name__]  # fmt: skip
-    return "\n".join(lines) + "\n", names
+    return "\n".join(lines) + "\n", tuple(names)
 
 
 def vectorised_module(modules: tuple[ModuleType, ...], xp: Any, name: str, given: dict[str, Any]) -> ModuleType:
