@@ -84,3 +84,42 @@ def test_kl_lower_bound_far_below_the_double_range():
     lo, _ = band_log_mp("kl", -700.0, 0.05)
     # log r_lo ≈ -1 - δ/p for δ ≫ p
     assert lo / (-1 - mp.mpf(0.05) / mp.exp(-700)) == pytest.approx(1, rel=1e-12)
+
+
+def _plain_bisection(h, inside, outside, rel_tol):
+    """The textbook search the oracle's bracketed root must reproduce: halve until the bracket is narrow."""
+    while abs(outside - inside) > rel_tol * max(abs(inside), abs(outside)):
+        mid = (inside + outside) / 2
+        inside, outside = (mid, outside) if h(mid) <= 0 else (inside, mid)
+    return (inside + outside) / 2
+
+
+@pytest.mark.parametrize("name", ["kl", "neyman", "hellinger", "cosh(u-1) - 1", "max(u - 2, 0)",
+                                  "where(abs(u - 1) <= 1/2, (u - 1)**2/2, abs(u - 1)/2 - 1/8)"])  # fmt: skip
+def test_bracketed_root_is_plain_bisections_root_in_fewer_evaluations(name, monkeypatch):
+    """Illinois steps inside bisection's bracket: the same roots to 1e-36 (relative), on smooth, kinked and
+    exponentially growing generators and at log p next to 0 and far below, in at most a third of the
+    evaluations of plain bisection (counted, not timed)."""
+    import bandcore.oracle as oracle
+
+    counts = {}
+
+    def counted(search, label):
+        def run(h, inside, outside, rel_tol):
+            def h_counted(y):
+                counts[label] = counts.get(label, 0) + 1
+                return h(y)
+
+            return search(h_counted, inside, outside, rel_tol)
+
+        return run
+
+    log_ps = [-1e-300, -1e-30, -1e-6, -0.3, -3.0, -40.0, -700.0]
+    results = {}
+    for label, search in (("bisection", _plain_bisection), ("bracketed", oracle._bracketed_root)):
+        monkeypatch.setattr(oracle, "_bracketed_root", counted(search, label))
+        results[label] = [band_log_mp(name, x, delta) for x in log_ps for delta in (1e-6, 0.05, 0.9)]
+    for want, got in zip(results["bisection"], results["bracketed"], strict=True):
+        for w, g in zip(want, got, strict=True):
+            assert w == g or abs(g - w) <= mp.mpf("1e-36") * abs(w), (name, w, g)
+    assert counts["bracketed"] * 3 <= counts["bisection"], counts
