@@ -27,10 +27,11 @@ from ..plan import SolverPlan
 from .compiled import CompiledSolver, is_ready, module_name
 from .drivers import SERIAL_MAX
 from .grid import KernelBound
+from .opaque import register, safeguarded_band
 from .seeds import NO_SEED, seed_table
 from .solvers.common import RATIO_ENTRY_POINTS
 from .thresholds import threshold_seed
-from .vectorised import build_module, can_select, solve_arrays, solve_lower_at_one, solve_ratio_arrays
+from .vectorised import build_module, can_select, compiling, solve_arrays, solve_lower_at_one, solve_ratio_arrays
 
 __all__ = ["CACHE", "SERIAL_MAX", "ArraySolver", "PlanCache", "TensorSolver", "bind", "lower_at_one", "numba_ready",
            "seed", "solver_module"]
@@ -164,14 +165,28 @@ class TensorSolver:
         self._module = solver_module(plan, "torch")
         self._at_one = lower_at_one(plan, delta)
         self._seed = CACHE.get(("torch seed", plan.key, delta, device), lambda: seed(plan, delta).torch_arrays(device))
+        # filed now, outside any trace: the operator torch.compile calls instead of the safeguarded solver's loop
+        name = f"{self._module.__name__}|{plan.kind}|{delta!r}|{device}|{id(self):x}"
+        self._opaque = None if self.direct else register(name, self)
+
+    def safeguarded(self, lp: Any) -> tuple:
+        """(lower, upper, status) of every token of ``lp`` by the safeguarded solver alone (torch operations)."""
+        entry = getattr(self._module, self._module.ENTRY_POINTS[self.plan.kind])
+        return entry(lp, self.delta, self._at_one, self._seed)
 
     def pure(self, flat: Any, fallback: bool = True) -> tuple:
         """(lower, upper, status) in torch operations only (log bounds, or the ratios of a kind with a ratio form);
         ``fallback=False``: the seeded pass only (status NOT_CONVERGED where it left a token)."""
         if self.direct:
             return solve_ratio_arrays(self._module, self.plan.kind, flat, self.delta, self._at_one, self._seed)
+        safeguarded = None
+        if fallback and compiling():  # one opaque operator, not its loop unrolled into the graph
+
+            def safeguarded(lp):
+                return safeguarded_band(lp, self._opaque)
+
         return solve_arrays(self._module, self.plan.kind, flat, self.delta, self._at_one, self._seed,
-                            fallback=fallback)  # fmt: skip
+                            fallback=fallback, safeguarded=safeguarded)  # fmt: skip
 
     def __call__(self, flat: Any) -> tuple:
         import torch

@@ -22,7 +22,7 @@ from . import lookup, solvers
 from .ops import numpy_ops, torch_ops
 from .sources import vectorised_module
 
-__all__ = ["build_module", "can_select", "generator_functions", "solve_arrays", "solve_lower_at_one",
+__all__ = ["build_module", "can_select", "compiling", "generator_functions", "solve_arrays", "solve_lower_at_one",
            "solve_ratio_arrays", "solver_parts"]  # fmt: skip
 
 
@@ -106,14 +106,16 @@ def generator_functions(plan: SolverPlan, xp: Any) -> dict[str, Callable]:
 
 
 def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple, *,
-                 fallback: bool = True) -> tuple:
+                 fallback: bool = True, safeguarded: Callable | None = None) -> tuple:
     """(log r_lo, log r_up, status) of a 1-D NumPy array or torch tensor with ``module`` (a :func:`solver_module`).
 
     The seeded kinds run their branch-free polished pass (:data:`.solvers.common.POLISHED`) on every token, then on the
     tokens it marked NOT_CONVERGED the :data:`.solvers.common.REFINED` pass (up to ``REFINE_PASSES`` times) and
     the safeguarded solver: only those where selecting them costs no host synchronisation (NumPy, torch on the
     CPU outside ``torch.compile``), else the safeguarded solver on every token, merged by a select.
-    ``fallback=False`` stops after the polished pass (the caller then solves the marked tokens itself).
+    ``fallback=False`` stops after the polished pass (the caller then solves the marked tokens itself);
+    ``safeguarded(lp) -> (lower, upper, status)`` replaces that solver on every token (the opaque operator of
+    :mod:`.opaque`, so ``torch.compile`` does not unroll its loop).
     """
     solve = getattr(module, module.ENTRY_POINTS[kind])
     if kind not in module.POLISHED:
@@ -131,7 +133,10 @@ def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: f
             lower[redo], upper[redo], status[redo] = _refined_then_solve(module, kind, lp[redo], delta, at_one, seed,
                                                                          offsets)  # fmt: skip
         return lower, upper, status
-    lower_again, upper_again, status_again = solve(lp, delta, at_one, seed)
+    if safeguarded is None:
+        lower_again, upper_again, status_again = solve(lp, delta, at_one, seed)
+    else:
+        lower_again, upper_again, status_again = safeguarded(lp)
     return xp.where(redo, lower_again, lower), xp.where(redo, upper_again, upper), xp.where(redo, status_again, status)
 
 
@@ -169,10 +174,11 @@ def _refined_then_solve(module: ModuleType, kind: str, lp: Any, delta: float, at
 def can_select(array: Any) -> bool:
     """Whether selecting elements of ``array`` by a mask costs no host synchronisation: a NumPy array, or a CPU
     tensor outside ``torch.compile``."""
-    return isinstance(array, np.ndarray) or (array.device.type == "cpu" and not _compiling())
+    return isinstance(array, np.ndarray) or (array.device.type == "cpu" and not compiling())
 
 
-def _compiling() -> bool:
+def compiling() -> bool:
+    """Whether ``torch.compile`` is tracing the caller."""
     import torch
 
     return torch.compiler.is_compiling()
