@@ -435,8 +435,11 @@ def test_hard_generators_return_or_refuse_quickly(formula, monkeypatch):
     assert time.perf_counter() - start < budget + 15
 
 
-@pytest.mark.slow  # 15 s: the budget runs out, as in test_hard_generators_return_or_refuse_quickly
-def test_derive_off_the_main_thread_is_bounded_too():
+@pytest.mark.slow  # the budget runs out, as in test_hard_generators_return_or_refuse_quickly
+def test_derive_off_the_main_thread_is_bounded_too(monkeypatch):
+    """Off the main thread (no signals there) derive() still answers within its budget: a 3 s budget, as for
+    the hard generators other than the one that keeps the default (the same guard, sooner)."""
+    monkeypatch.setattr(derivation, "DERIVE_SECONDS", 3.0)
     results = []
     formula = "u - " + "sqrt(" * 29 + "u" + ")" * 29
 
@@ -449,7 +452,7 @@ def test_derive_off_the_main_thread_is_bounded_too():
     thread.join(60)
     assert not thread.is_alive()
     d, seconds = results[0]
-    assert seconds < 30 and d.upper is None
+    assert seconds < 3.0 + 15 and d.upper is None
 
 
 def test_generator_sympy_cannot_handle_is_refused_in_one_line(monkeypatch):
