@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -326,6 +327,12 @@ def _ratio_points(delta: float) -> np.ndarray:
     return np.array([x for x in [*spread, *far, *away] if x < 0])
 
 
+@functools.cache
+def _exact_log_ratios(name: str, delta: float) -> list:
+    """The 40-digit (log r_lo, log r_up) at :func:`_ratio_points`, once per process for every backend."""
+    return [band_log_mp(name, lp, delta, dps=40) for lp in _ratio_points(delta).tolist()]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["tv", "pearson"])
 @pytest.mark.parametrize("delta", sampled([1e-8, 0.05, 0.999, 3.0], fast=[0.05]))
@@ -338,8 +345,8 @@ def test_closed_form_ratios_against_the_oracle(backend, name, delta):
     x = _ratio_points(delta)
     lower, upper = bc.band(torch.from_numpy(x) if backend == "torch" else x, name, delta, backend=backend)
     for got, index in ((np.asarray(lower), 0), (np.asarray(upper), 1)):
-        for value, lp in zip(got.tolist(), x.tolist(), strict=True):
-            exact_log = band_log_mp(name, lp, delta, dps=40)[index]
+        for value, lp, exact_logs in zip(got.tolist(), x.tolist(), _exact_log_ratios(name, delta), strict=True):
+            exact_log = exact_logs[index]
             exact = mp.e**exact_log if mp.isfinite(exact_log) else (mp.inf if exact_log > 0 else mp.mpf(0))
             if exact > mp.mpf("1.7976931348623157e308") or exact < mp.mpf("2.2250738585072014e-308"):
                 assert value == float(exact), (name, delta, lp, index, value, exact)  # 0, inf, or subnormal
