@@ -27,3 +27,20 @@ def sampled(values: Iterable[Any], fast: Iterable[Any]) -> list[Any]:
     if missing:
         raise ValueError(f"fast samples {missing} are not among the parameters")
     return out
+
+
+def crossed(cases: Iterable[Any], backends: Iterable[str], fast_numba: Iterable[Any]) -> list[ParameterSet]:
+    """Every (case, backend) as parameters ``(*case, backend)`` (a case that is not a tuple is one value): on
+    Numba, whose first call compiles a module per generator (~10 s on a cold cache), only the cases whose first
+    value is in ``fast_numba`` stay in the fast tier; the others are marked slow and run in the full suite."""
+    cases, fast_numba = list(cases), list(fast_numba)
+    out = []
+    for case in cases:
+        values = case if isinstance(case, tuple) else (case,)
+        for backend in backends:
+            slow = backend == "numba" and values[0] not in fast_numba
+            out.append(pytest.param(*values, backend, marks=[pytest.mark.slow] if slow else []))
+    missing = [f for f in fast_numba if f not in [c[0] if isinstance(c, tuple) else c for c in cases]]
+    if missing:
+        raise ValueError(f"fast Numba samples {missing} are not among the cases")
+    return out

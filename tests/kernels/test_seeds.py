@@ -11,6 +11,7 @@ from functools import cache
 
 import numpy as np
 import pytest
+from tiers import crossed
 
 import bandcore as bc
 from bandcore.derive import solver_plan
@@ -102,8 +103,8 @@ def _oracle(name: str, delta: float) -> tuple[np.ndarray, np.ndarray]:
     return tuple(np.array([float(v[k]) for v in values]) for k in (0, 1))
 
 
-@pytest.mark.parametrize("backend", ["numpy", "numba", "torch"])
-@pytest.mark.parametrize("name", [*USER, *FRACTIONAL])
+@pytest.mark.parametrize(("name", "backend"), crossed([*USER, *FRACTIONAL], ["numpy", "numba", "torch"],
+                                                      fast_numba=["alpha(0.7)"]))  # fmt: skip
 def test_seeded_solver_meets_the_contract_on_user_generators(name, backend):
     """Two generators outside the catalogue, and two with fractional powers (computed as exp(a log u)), seeded
     on every backend, against the 50-digit oracle."""
