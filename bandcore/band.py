@@ -62,7 +62,7 @@ __all__ = ["AUTO_NUMBA_MIN_SIZE", "BoundBand", "band", "band_log", "bind", "torc
 
 #: "auto" on the CPU compiles the Numba kernel of a divergence for calls from this many tokens on (its first
 #: compile, seconds, pays off there; below, NumPy runs until the kernel is ready: see :func:`band_log`).
-AUTO_NUMBA_MIN_SIZE = 20_000
+AUTO_NUMBA_MIN_SIZE = backends.NUMBA_MIN_SIZE
 _FLOAT64 = np.dtype(np.float64)
 #: the float dtypes the kernels compute in and return (others are computed and returned in float64)
 _FLOATS = frozenset({np.dtype(np.float32), _FLOAT64})

@@ -6,7 +6,7 @@ from one cache (:data:`CACHE`, keyed by the plan's ``key``, δ, backend and devi
 * ``"numpy"``: :class:`ArraySolver` — :func:`.vectorised.solve_arrays` with the plan's NumPy solver module;
 * ``"numba"``: :class:`.compiled.CompiledSolver` — one pass of the plan's compiled drivers;
 * ``"torch"``: :class:`TensorSolver` — the plan's torch solver module on tensors of one device, in chunks; on the
-  CPU the tokens the seeded pass leaves go to the Numba binding of the same plan.
+  CPU the tokens the seeded pass leaves go to the Numba binding of the same plan once its kernel is ready.
 
 The seed tables (:mod:`.seeds`, on disk for generic plans), :math:`\log r_{lo}` at p = 1 and the modules are
 shared by the solvers of one plan.
@@ -148,15 +148,23 @@ class ArraySolver:
                     int(np.count_nonzero(above)))  # fmt: skip
 
 
+#: the tokens from which a call compiles a Numba kernel it needs (its first compile, seconds, pays off there;
+#: below, a kernel that is not ready is not compiled): ``backend="auto"`` on the CPU, and the tokens the seeded
+#: pass of torch on the CPU leaves
+NUMBA_MIN_SIZE = 20_000
+
+
 class TensorSolver:
     """The torch solver of a plan at one δ on one device.
 
     ``solver(flat) -> (lower, upper, status, None)`` for a 1-D float64 tensor ((0, TOL] read as 0; above TOL NaN,
     status INVALID_INPUT; not counted, which would cost a host synchronisation): float64 / int8 on its device,
     solved in chunks.  Where selecting tokens is free (the CPU), the chunks run the seeded pass only and the
-    safeguarded solver then runs once on every token it left, in the compiled (Numba) binding of the same plan:
-    its iterations cost microseconds where torch's cost a fraction of a millisecond (per-operation overhead on a
-    few hundred tokens).  :meth:`pure` is the solver in torch operations only (for ``torch.compile``).
+    safeguarded solver then runs once on every token it left, in the compiled (Numba) binding of the same plan
+    when its kernel is ready (compiled in this process or on disk) or at least :data:`NUMBA_MIN_SIZE` tokens are
+    left: its iterations cost microseconds where torch's cost a fraction of a millisecond (per-operation
+    overhead on a few hundred tokens); else in torch, so that no call waits seconds for a first compile.
+    :meth:`pure` is the solver in torch operations only (for ``torch.compile``).
     """
 
     def __init__(self, plan: SolverPlan, delta: float, ratios: bool, device: str) -> None:
@@ -202,13 +210,17 @@ class TensorSolver:
             lower[part], upper[part], status[part] = self.pure(flat[part], fallback=not later)
         if later:
             redo = (status == int(Status.NOT_CONVERGED)).nonzero().reshape(-1)
-            if redo.numel():
+            if redo.numel() and (redo.numel() >= NUMBA_MIN_SIZE or numba_ready(self.plan, False, np.float64,
+                                                                                redo.numel())):  # fmt: skip
                 left = bind(self.plan, self.delta, "numba")
                 for start in range(0, redo.numel(), chunk):
                     index = redo[start : start + chunk]
                     lo, up, st, _ = left(np.ascontiguousarray(flat[index].numpy()))
                     lower[index], upper[index], status[index] = torch.from_numpy(lo), torch.from_numpy(up), \
                         torch.from_numpy(st)  # fmt: skip
+            elif redo.numel():  # few tokens and no compiled kernel yet: torch's own loop, not a compile
+                lo, up, st = self.safeguarded(flat[redo])
+                lower[redo], upper[redo], status[redo] = lo, up, st.to(torch.int8)
         if self.ratios and not self.direct:
             lower, upper = lower.exp(), upper.exp()
         return lower, upper, status, None
