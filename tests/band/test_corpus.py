@@ -13,11 +13,9 @@ one (marked ``variant``: the construction is stated, nothing is cited for it).  
 Non-convex candidates from the same lists (sign slips, exponents outside a family's range, a distance that
 is not squared) are refused by the generator checks, with the reason.
 
-CI cost: one SymPy derivation, one Numba compile and one table build per entry dominate (the oracle points
-are few; the references are computed once per process and shared by the tests); the backend and table tests
-are marked slow.  Measured only on a 2-core machine shared by six jobs (this process got 16-25 % of a core):
-the 39 backend tests took 2067 s of wall time, 18 table tests 308 s and the coverage test 63 s, i.e. roughly
-8-10 min of one core in all: above the 6-minute target, to be trimmed (fewer Numba entries) once measured alone.
+CI cost: one SymPy derivation, one Numba compile (about 8 s, most of it) and one table build per entry dominate
+(the oracle points are few; the references are computed once per process and shared by the tests); the backend
+and table tests are marked slow (their measured cost: docs/architecture.md, "Two test tiers").
 """
 
 from __future__ import annotations
