@@ -33,14 +33,13 @@ def crossed(cases: Iterable[Any], backends: Iterable[str], fast_numba: Iterable[
     """Every (case, backend) as parameters ``(*case, backend)`` (a case that is not a tuple is one value): on
     Numba, whose first call compiles a module per generator (~10 s on a cold cache), only the cases whose first
     value is in ``fast_numba`` stay in the fast tier; the others are marked slow and run in the full suite."""
-    cases, fast_numba = list(cases), list(fast_numba)
+    rows, fast_numba = [case if isinstance(case, tuple) else (case,) for case in cases], list(fast_numba)
     out = []
-    for case in cases:
-        values = case if isinstance(case, tuple) else (case,)
+    for values in rows:
         for backend in backends:
             slow = backend == "numba" and values[0] not in fast_numba
             out.append(pytest.param(*values, backend, marks=[pytest.mark.slow] if slow else []))
-    missing = [f for f in fast_numba if f not in [c[0] if isinstance(c, tuple) else c for c in cases]]
+    missing = [f for f in fast_numba if f not in {values[0] for values in rows}]
     if missing:
         raise ValueError(f"fast Numba samples {missing} are not among the cases")
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -187,12 +188,8 @@ class TensorSolver:
         ``fallback=False``: the seeded pass only (status NOT_CONVERGED where it left a token)."""
         if self.direct:
             return solve_ratio_arrays(self._module, self.plan.kind, flat, self.delta, self._at_one, self._seed)
-        safeguarded = None
-        if fallback and compiling():  # one opaque operator, not its loop unrolled into the graph
-
-            def safeguarded(lp):
-                return safeguarded_band(lp, self._opaque)
-
+        # while compiling: one opaque operator, not the safeguarded solver's loop unrolled into the graph
+        safeguarded = partial(safeguarded_band, solver=self._opaque) if fallback and compiling() else None
         return solve_arrays(self._module, self.plan.kind, flat, self.delta, self._at_one, self._seed,
                             fallback=fallback, safeguarded=safeguarded)  # fmt: skip
 
@@ -210,15 +207,15 @@ class TensorSolver:
             lower[part], upper[part], status[part] = self.pure(flat[part], fallback=not later)
         if later:
             redo = (status == int(Status.NOT_CONVERGED)).nonzero().reshape(-1)
-            if redo.numel() and (redo.numel() >= NUMBA_MIN_SIZE or numba_ready(self.plan, False, np.float64,
-                                                                                redo.numel())):  # fmt: skip
+            n = redo.numel()  # below NUMBA_MIN_SIZE (< chunk) the Numba kernel is called once, on n tokens
+            if n and (n >= NUMBA_MIN_SIZE or numba_ready(self.plan, False, np.float64, n)):
                 left = bind(self.plan, self.delta, "numba")
-                for start in range(0, redo.numel(), chunk):
+                for start in range(0, n, chunk):
                     index = redo[start : start + chunk]
                     lo, up, st, _ = left(np.ascontiguousarray(flat[index].numpy()))
                     lower[index], upper[index], status[index] = torch.from_numpy(lo), torch.from_numpy(up), \
                         torch.from_numpy(st)  # fmt: skip
-            elif redo.numel():  # few tokens and no compiled kernel yet: torch's own loop, not a compile
+            elif n:  # few tokens and no compiled kernel yet: torch's own loop, not a compile
                 lo, up, st = self.safeguarded(flat[redo])
                 lower[redo], upper[redo], status[redo] = lo, up, st.to(torch.int8)
         if self.ratios and not self.direct:
