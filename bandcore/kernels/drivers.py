@@ -15,7 +15,6 @@ the last loop).  The measurements behind these choices and the constants below a
 from __future__ import annotations
 
 import textwrap
-from functools import cache
 
 from .._contract import LOG_P_TOLERANCE
 from . import lookup, solvers
@@ -23,8 +22,7 @@ from .slots import FM_SIZE, IM_SIZE
 from .solvers import common as _registry
 from .sources import generated_source
 
-__all__ = ["BLOCK", "OUTPUTS", "SERIAL_MAX", "SHARED_PREFIX", "by_value_source", "numba_source", "serial_and_parallel",
-           "shared_source"]
+__all__ = ["BLOCK", "OUTPUTS", "SERIAL_MAX", "by_value_source", "numba_source", "serial_and_parallel"]
 
 #: Solve one token (log p in ``lp``) with SOLVER(..., ARGS) and store OUT(bounds) at INDEX of the arrays LOWER,
 #: UPPER, STATUS (one body for every pass of the drivers).
@@ -226,30 +224,16 @@ def _solver_drivers(kind: str, output: str) -> str:
     return block + serial_and_parallel(driver)
 
 
-@cache
-def shared_source() -> str:
-    """The generated module every plan's module imports (:func:`numba_source`): what no plan changes — the seed
-    tables' reads (:mod:`.lookup`), :mod:`.solvers.common` and the blocks' helpers — compiled once for all plans
-    (a plan's first compile is that much shorter: ``docs/kernel_measurements.md``)."""
-    lines = [f"TOL = {LOG_P_TOLERANCE!r}"]
-    return generated_source([lookup, _registry], "numba_fast_ops", lines, _CLAMPED + by_value_source(), inline=True)
-
-
-#: The name prefix of :func:`shared_module`
-SHARED_PREFIX = "bandcore_numba_shared"
-
-
 def numba_source(kind: str, extra: list[str]) -> str:
     """The generated module of a solver ``kind``: the solver source, ``extra`` lines (a generic divergence's
-    constants and functions) and the drivers of both outputs; it imports what no plan changes from the module of
-    :func:`shared_source`."""
+    constants and functions) and the drivers of both outputs."""
     # Branch-free code (every select computed, exp/log written out in numba_fast_ops, everything inlined) so that
     # LLVM vectorises the closed forms and the seeded passes; only the fallback's loop is data-dependent
-    lines = [f"BLOCK = {BLOCK}", f"CLOSED_BLOCK = {CLOSED_BLOCK}", f"PAD = {PAD}", *extra]
-    drivers = "".join(_solver_drivers(kind, output) for output in OUTPUTS)
-    parts = [part for part in solvers.parts(kind) if part is not _registry]
-    return generated_source(parts, "numba_fast_ops", lines, drivers, inline=True, outlined=_OUTLINED,
-                            shared=(shared_source(), SHARED_PREFIX))  # fmt: skip
+    lines = [f"TOL = {LOG_P_TOLERANCE!r}", f"BLOCK = {BLOCK}", f"CLOSED_BLOCK = {CLOSED_BLOCK}", f"PAD = {PAD}",
+             *extra]
+    drivers = _CLAMPED + by_value_source() + "".join(_solver_drivers(kind, output) for output in OUTPUTS)
+    return generated_source([lookup, *solvers.parts(kind)], "numba_fast_ops", lines, drivers, inline=True,
+                            outlined=_OUTLINED)  # fmt: skip
 
 
 #: The safeguarded solvers stay calls in the generated module: their iteration loops do not vectorise, and

@@ -29,7 +29,6 @@ import hashlib
 import importlib.util
 import inspect
 import linecache
-import re
 import sys
 import threading
 from collections.abc import Callable
@@ -84,29 +83,17 @@ def vectorised_module(modules: tuple[ModuleType, ...], xp: Any, name: str, given
 
 
 def generated_source(modules: list[ModuleType], ops: str, extra: list[str], driver: str, *, inline: bool = False,
-                     outlined: tuple[str, ...] = (), shared: tuple[str, str] | None = None) -> str:
+                     outlined: tuple[str, ...] = ()) -> str:
     """The Numba module: the bodies of :mod:`.slots` and ``modules``, ``extra`` lines (constants, generated
     functions), every module function jitted (``inline``: marked ``alwaysinline`` for LLVM — Numba's
     ``forceinline`` — so LLVM sees one loop body it can vectorise; Numba's own IR inlining would take minutes on
-    these call trees; the functions named in ``outlined`` stay calls), then ``driver`` (which may use ``FASTMATH``),
-    and ``__all__``, the names it defines.
-
-    ``shared``: ``(source, prefix)`` of another generated module whose names (its ``__all__``, :mod:`.slots` among
-    them) this one imports instead of defining them, so that its functions are compiled once for every module that
-    imports them (Numba links a callee's code into each caller, so LLVM still inlines it there);
-    :func:`load_generated` loads it first.  Nothing is loaded here (a module's name is asked for without Numba)."""
+    these call trees; the functions named in ``outlined`` stay calls), then ``driver`` (which may use ``FASTMATH``)."""
     # Numba's cache keys on this file only: name the ops sources it inlines, so changing them renames the module
     here = Path(__file__).parent
     digest = hashlib.sha256(b"".join((here / file).read_bytes() for file in _OPS_FILES[ops])).hexdigest()[:16]
     header = [f"# ops: {ops} {digest}", "import math", "import numpy as np", "from numba import njit, prange",
               f"from bandcore.kernels import {ops} as xp", f"FASTMATH = set({list(FASTMATH)!r})"]  # fmt: skip
-    if shared is None:
-        bodies = [_body(slots)[0]]
-    else:  # its name is a hash of its text: this text, and so this module's name, changes with it
-        name = generated_name(*shared)
-        _SHARED[name] = shared
-        bodies = [f"from {name} import {', '.join(_defined(shared[0]))}"]
-    functions = []
+    bodies, functions = [_body(slots)[0]], []
     for module in modules:
         body, names = _body(module)
         bodies.append(body)
@@ -114,34 +101,7 @@ def generated_source(modules: list[ModuleType], ops: str, extra: list[str], driv
     options = 'cache=True, fastmath=FASTMATH, error_model="numpy"'
     inlined = f"njit({options}, forceinline=True)" if inline else f"njit({options})"
     jitted = [f"{name} = {f'njit({options})' if name in outlined else inlined}({name})" for name in functions]
-    text = "\n".join([*bodies, *extra, *jitted, driver])
-    return "\n".join([*header, text, f"__all__ = {list(_defined(text))!r}\n"])
-
-
-#: The shared modules named in generated texts: name -> (source, prefix)
-_SHARED: dict[str, tuple[str, str]] = {}
-_IMPORTED = re.compile(r"^from (\w+) import", re.MULTILINE)
-
-
-def _shared_of(source: str) -> list[tuple[str, str]]:
-    """``(source, prefix)`` of each shared module a generated ``source`` imports."""
-    return [_SHARED[name] for name in _IMPORTED.findall(source) if name in _SHARED]
-
-
-@lru_cache(maxsize=8)
-def _defined(text: str) -> tuple[str, ...]:
-    """The names the top-level statements of ``text`` define (functions, assignments, imports), in order."""
-    names: dict[str, None] = {}
-    for node in ast.parse(text).body:
-        if isinstance(node, ast.FunctionDef):
-            names[node.name] = None
-        elif isinstance(node, ast.Assign):
-            for target in node.targets:
-                names.update((name.id, None) for name in ast.walk(target) if isinstance(name, ast.Name))
-        elif isinstance(node, ast.ImportFrom):
-            names.update((alias.asname or alias.name, None) for alias in node.names)
-    names.pop("__all__", None)
-    return tuple(names)
+    return "\n".join([*header, *bodies, *extra, *jitted, driver])
 
 
 @lru_cache(maxsize=256)
@@ -154,10 +114,6 @@ def generated_name(source: str, prefix: str) -> str:
 def load_generated(source: str, prefix: str) -> ModuleType:
     """Import ``source`` from the cache (written atomically when missing or different; cached per process)."""
     name = generated_name(source, prefix)
-    if name in sys.modules:
-        return sys.modules[name]
-    for shared in _shared_of(source):  # imported by this one (generated_source)
-        load_generated(*shared)
     with _LOCK:
         if name in sys.modules:
             return sys.modules[name]
@@ -232,15 +188,9 @@ def _numba_files(module: ModuleType) -> list[Path]:
 
 
 def _reloaded(module: ModuleType, source: str, prefix: str) -> ModuleType:
-    """The module of ``source`` imported afresh after deleting Numba's cache files of ``module`` and of the shared
-    modules it imports (their code is compiled into its functions: a damaged file of theirs fails its call)."""
-    modules = [module, *(sys.modules.get(generated_name(*shared)) for shared in _shared_of(source))]
-    for each in modules:
-        if each is not None:
-            for path in _numba_files(each):
-                path.unlink(missing_ok=True)
+    """The module of ``source`` imported afresh after deleting Numba's cache files of ``module``."""
+    for path in _numba_files(module):
+        path.unlink(missing_ok=True)
     with _LOCK:
-        for each in modules:
-            if each is not None:
-                sys.modules.pop(each.__name__, None)
+        sys.modules.pop(module.__name__, None)
     return load_generated(source, prefix)
