@@ -2,13 +2,14 @@
 
     git archive <commit> bandcore | tar -x -C /tmp/before
     python -m benchmarks.ab speed /tmp/before . --reps 5          # band_log(x, name, 0.05, backend="numba")
+    python -m benchmarks.ab speed /tmp/before . --output ratio --threads 1 --inputs llm mid flat --n 500000
     python -m benchmarks.ab lookup /tmp/before . --threads 1 2    # BandTable.shipped(name, 0.05).log(x, "numba")
 
 Each tree runs in its own worker process (``python -m benchmarks.ab KIND TREE - --worker``, its own
 ``BANDCORE_CACHE``, so generated modules never mix; the tree is put first on the worker's path).  The driver asks
 both workers for the same measurement in alternating order, rep after rep, and prints medians; rep 0 (compiling,
 seed tables) is not counted.  Inputs are the benchmark's own float32 distributions (:func:`benchmarks.inputs.
-log_probs`, ``llm`` and ``mid``, seed 0), the same for both trees.
+log_probs`, ``llm`` and ``mid`` unless ``--inputs`` says otherwise, seed 0), the same for both trees.
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ TABLES = ["kl", "js", "reverse_kl", "hellinger", "alpha(0.5)", "alpha(0.7)", "al
           "tv", "pearson"]
 
 
-def start_workers(kind: str, trees: dict[str, str]) -> dict[str, subprocess.Popen]:
+def start_workers(kind: str, trees: dict[str, str], n: int) -> dict[str, subprocess.Popen]:
     """One worker process per tree; each prints one 'ready ...' line, echoed here."""
     workers = {}
     for tag in TAGS:
         env = dict(os.environ, BANDCORE_CACHE=tempfile.mkdtemp(prefix=f"ab-{tag}-"))
         workers[tag] = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.ab", kind, os.path.abspath(trees[tag]), "-", "--worker"],
+            [sys.executable, "-m", "benchmarks.ab", kind, os.path.abspath(trees[tag]), "-", "--worker", "--n", str(n)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=Path(__file__).parents[1],
         )  # fmt: skip
         print(tag, workers[tag].stdout.readline().strip(), flush=True)
@@ -61,20 +62,28 @@ def interleaved(workers: dict[str, subprocess.Popen], rows: list[tuple], reps: i
 
 
 def _speed_worker(n: int) -> None:
-    """Answer 'name<TAB>input' lines with the ns/token of one exact Numba call (nan, and a note on stderr, if the
-    tree cannot run it)."""
+    """Answer 'name<TAB>input<TAB>threads<TAB>output' lines with the ns/token of one exact Numba call on ``threads``
+    threads, of band_log (output "log") or band (output "ratio"): the median of three calls (nan, and a note on
+    stderr, if the tree cannot run it)."""
+    import numba
+
     import bandcore as bc
     from benchmarks.inputs import log_probs
 
-    inputs = {which: log_probs(which, n, 0) for which in INPUTS}
+    inputs = {which: log_probs(which, n, 0) for which in ("llm", "mid", "flat")}
     print("ready", bc.__file__, flush=True)
     for line in sys.stdin:
-        name, which = line.rstrip("\n").split("\t")
+        name, which, threads, output = line.rstrip("\n").split("\t")
+        numba.set_num_threads(int(threads))
+        call = bc.band if output == "ratio" else bc.band_log
         try:
-            bc.band_log(inputs[which][:1000], name, 0.05, backend="numba")
-            start = time.perf_counter()
-            bc.band_log(inputs[which], name, 0.05, backend="numba")
-            print((time.perf_counter() - start) * 1e9 / n, flush=True)
+            call(inputs[which][:1000], name, 0.05, backend="numba")
+            times = []
+            for _ in range(3):
+                start = time.perf_counter()
+                call(inputs[which], name, 0.05, backend="numba")
+                times.append((time.perf_counter() - start) * 1e9 / n)
+            print(statistics.median(times), flush=True)
         except Exception as err:  # reported, and the other measurements go on
             print("nan", flush=True)
             print(f"{name}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
@@ -124,7 +133,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--names", nargs="*", help="divergences (speed) or tables (lookup); default: a fixed list")
     parser.add_argument("--n", type=int, default=1_000_000, help="speed: tokens per call (default 1M)")
-    parser.add_argument("--threads", nargs="*", type=int, default=[1, 2], help="lookup: thread counts")
+    parser.add_argument("--threads", nargs="*", type=int, default=[1, 2], help="thread counts")
+    parser.add_argument("--output", choices=("log", "ratio"), default="log", help="speed: band_log or band")
+    parser.add_argument("--inputs", nargs="*", choices=("llm", "mid", "flat"), default=list(INPUTS),
+                        help="the benchmark's distributions timed")
     parser.add_argument("--sizes", nargs="*", type=int, default=[500_000], help="lookup: token counts")
     parser.add_argument("--copy", action="store_true", help="lookup: add the copy roofline row")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -132,19 +144,21 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         sys.path.insert(0, os.path.abspath(args.before))  # this worker's tree first: its bandcore is timed
         return _speed_worker(args.n) if args.kind == "speed" else _lookup_worker()
-    workers = start_workers(args.kind, {"before": args.before, "after": args.after})
+    workers = start_workers(args.kind, {"before": args.before, "after": args.after}, args.n)
     if args.kind == "speed":
-        rows = [(name, which) for name in args.names or DIVERGENCES for which in INPUTS]
-        header = f"{'divergence':48s} {'input':5s}"
+        rows = [(name, which, t, args.output) for name in args.names or DIVERGENCES for which in args.inputs
+                for t in args.threads]  # fmt: skip
+        header = f"{'divergence':48s} {'input':5s} {'thr':>3s}"
     else:
         names = (args.names or TABLES) + ([COPY] if args.copy else [])
-        rows = [(name, which, n, t) for name in names for which in INPUTS for n in args.sizes for t in args.threads]
+        rows = [(name, which, n, t) for name in names for which in args.inputs for n in args.sizes
+                for t in args.threads]  # fmt: skip
         header = f"{'table':12s} {'input':5s} {'n':>8s} {'thr':>3s}"
     times = interleaved(workers, rows, args.reps)
     print(f"{header} {'before':>8s} {'after':>8s} {'x':>6s}   ns/token, median of {args.reps}")
     for row in rows:
         before, after = (statistics.median(times[(*row, tag)]) for tag in TAGS)
-        label = f"{row[0]:48s} {row[1]:5s}" if args.kind == "speed" else \
+        label = f"{row[0]:48s} {row[1]:5s} {row[2]:3d}" if args.kind == "speed" else \
             f"{row[0]:12s} {row[1]:5s} {row[2]:8d} {row[3]:3d}"  # fmt: skip
         print(f"{label} {before:8.2f} {after:8.2f} {before / after:6.2f}")
 

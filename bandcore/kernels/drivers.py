@@ -64,10 +64,12 @@ def clamped(value):
 _SEEDS = '''    seed = by_value(seed)
     w_up = np.empty(BLOCK)
     w_lo = np.empty(BLOCK)
-    l_lo = np.empty(BLOCK)
-    for j in range(log_p.size):  # vectorised: where seed_pair reads the table
-        w_up[j], w_lo[j] = seed_points(clamped(log_p[j]))
-        l_lo[j] = w_lo[j]  # -log(1 - p): the polished pass takes it rather than computing it again
+    known = np.empty((3, BLOCK))  # log(1 - p), p, 1 - p: the polished pass takes them rather than computing them
+    lq, p, pc = known[0], known[1], known[2]
+    for j in range(log_p.size):  # vectorised: the points where seed_pair reads the table, -log p and -log(1 - p)
+        lps, lq[j], p[j], pc[j] = regular_point(clamped(log_p[j]))
+        w_up[j] = -lps
+        w_lo[j] = -lq[j]
     for j in range(log_p.size):  # the gathers
         w_up[j] = seed_log_w(w_up[j], seed)
         w_lo[j] = seed_log_w(w_lo[j], seed)'''
@@ -203,7 +205,7 @@ def _solver_drivers(kind: str, output: str) -> str:
         polished = _registry.POLISHED[kind]
         refined = _registry.REFINED.get(kind)
         template = _POLISHED_NEXT if refined else _TOKEN
-        body = _token(polished, "w_up[j], w_lo[j], -l_lo[j]", 8, output, block=True, template=template)
+        body = _token(polished, "w_up[j], w_lo[j], lq[j], p[j], pc[j]", 8, output, block=True, template=template)
         if refined:
             body += "\n" + _REFINE_LEFT.replace("{output}", output)
         block = _BLOCK.format(output=output, seeds=_SEEDS, solve=body, read=_READ["clamped"])

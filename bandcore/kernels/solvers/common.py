@@ -53,6 +53,21 @@ def _regular(lp, lq=None):
     return lps, lq
 
 
+def regular_point(lp):
+    """(log p, log(1-p), p, 1-p) at :func:`_regular`'s log p, p and 1 - p from one range reduction: the Numba
+    blocks compute them once per token in their first loop, for the seed reads and the polished pass."""
+    lps = xp.where(xp.logical_and(lp < 0.0, lp > -xp.inf), lp, -1.0)
+    pc = -xp.expm1(lps)  # log(1-p) = log(-expm1(log p)), exact near p = 1
+    return lps, xp.log(pc), xp.exp(lps), pc
+
+
+def p_and_pc(lps, p, pc):
+    """(p, 1 - p) at log p = ``lps``: ``p`` and ``pc`` where the caller has them (:func:`regular_point`), else
+    computed (``p is None``; in the Numba kernels exp and expm1 share their range reduction)."""
+    if p is None:
+        return xp.exp(lps), -xp.expm1(lps)
+    return p, pc
+
 
 def _mark_unseeded(lp, seeded, status):
     """NOT_CONVERGED where a polished pass could not finish a regular token (NaN, p = 1, p = 0 are final)."""

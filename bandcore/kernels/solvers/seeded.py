@@ -20,7 +20,7 @@ instead of evaluating G(∞) = Φ(1/p) + (1-p)f̃(0) per root (the speed-up meas
 from __future__ import annotations
 
 from ..ops import numpy_ops as xp  # rebound per backend by ..sources
-from .common import CONVERGED, LOG_P_TINY, SATURATED, _mark_unseeded, _regular, finish
+from .common import CONVERGED, LOG_P_TINY, SATURATED, _mark_unseeded, _regular, finish, p_and_pc
 from .generic import g_and_slope_of
 from .kl import _kl_finish, phi
 
@@ -70,15 +70,15 @@ def polished_root(lp, lq, p, pc, delta, log_w):
     return log_r, log_s - q * shift - half_square, saturated, finished, xp.where(saturated, xp.inf, d + shift)
 
 
-def generic_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None):
+def generic_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=None, pc=None):
     """(log r_lo, log r_up, status, next d of the upper root, next d of the lower root): :func:`generic_bounds`
     with each root finished by :func:`polished_root` from its seed; status NOT_CONVERGED marks the tokens it
     could not finish (no seed, a rough seed next to a threshold, p or 1 - p below e^-700): the caller runs
     :func:`generic_refined_bounds` from the next offsets on those, then :func:`generic_bounds` on the rest.
-    ``lq``: log(1 - p) as the seed loop computed it (:func:`.common._regular`), else computed here."""
+    ``lq``, ``p``, ``pc``: log(1 - p), p and 1 - p as the seed loop computed them (:func:`.common.regular_point`),
+    else computed here."""
     lps, lq = _regular(lp, lq)
-    p = xp.exp(lps)
-    pc = -xp.expm1(lps)  # 1 - p as lq was computed from (in the Numba kernels, exp's range reduction is shared)
+    p, pc = p_and_pc(lps, p, pc)
     log_r, _, up_saturated, up_done, d_up = polished_root(lps, lq, p, pc, delta, log_w_up)
     _, log_s, lo_saturated, lo_done, d_lo = polished_root(lq, lps, pc, p, delta, log_w_lo)
     upper = xp.where(up_saturated, -lps, xp.minimum(log_r, -lps))
@@ -118,14 +118,13 @@ def kl_polish(p, pc, log_w, delta):
     return log_r + one_minus_q * shift - half_square, log_s - q * shift - half_square
 
 
-def kl_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None):
+def kl_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=None, pc=None):
     """:func:`kl_bounds` with each root started from its seed (:func:`seed_pair`) and finished by one Halley
     step, branch-free so that a compiler vectorises it; status NOT_CONVERGED marks a token a root of which has no
-    seed (p below e^-704 or above 1 - 1e-12): the caller solves those with :func:`kl_bounds`.  ``lq`` as in
-    :func:`generic_polished_bounds`."""
+    seed (p below e^-704 or above 1 - 1e-12): the caller solves those with :func:`kl_bounds`.  ``lq``, ``p``,
+    ``pc`` as in :func:`generic_polished_bounds`."""
     lps, lq = _regular(lp, lq)
-    p = xp.exp(lps)
-    pc = -xp.expm1(lps)  # as in generic_polished_bounds
+    p, pc = p_and_pc(lps, p, pc)
     seeded = xp.logical_and(xp.logical_and(xp.isfinite(log_w_up), lps >= LOG_P_TINY),
                             xp.logical_and(xp.isfinite(log_w_lo), lq >= LOG_P_TINY))  # fmt: skip
     log_r = kl_polish(p, pc, log_w_up, delta)[0]
