@@ -76,6 +76,8 @@ class CompiledSolver:
 
     def __init__(self, plan: SolverPlan, delta: float, ratios: bool, at_one: float, seed: tuple) -> None:
         self.plan, self.delta, self.ratios, self.at_one, self.seed = plan, float(delta), ratios, at_one, seed
+        if plan.kind in solvers.common.POLISHED and np.any(seed[3] != seed[3][0]):
+            raise ValueError("a seed table for the Numba kernels must have one level in every octave (.seeds)")
         self._source = plan_source(plan)
         self.module = sources.load_generated(self._source, _prefix(plan))
         self._name = "band_kernel_ratio" if ratios else "band_kernel_log"

@@ -62,17 +62,44 @@ def clamped(value):
     return 0.0 if lp > 0.0 and lp <= TOL else lp
 '''
 _SEEDS = '''    seed = by_value(seed)
+    level_shift = seed[3][0]  # every seed table has one level in all its octaves, and starts on an octave
+    base = ((1023 + seed[1][OCTAVE_A]) << (52 - level_shift)) - seed[2][0]
+    n_cells = seed[4].shape[0]
+    cells = seed[4].reshape(-1)
     w_up = np.empty(BLOCK)
     w_lo = np.empty(BLOCK)
-    known = np.empty((3, BLOCK))  # log(1 - p), p, 1 - p: the polished pass takes them rather than computing them
-    lq, p, pc = known[0], known[1], known[2]
-    for j in range(log_p.size):  # vectorised: the points where seed_pair reads the table, -log p and -log(1 - p)
+    known = np.empty((5, BLOCK))  # log(1 - p), p, 1 - p: the polished pass takes them rather than computing them
+    lq, p, pc, s_up, s_lo = known[0], known[1], known[2], known[3], known[4]
+    cell = np.empty((2, BLOCK), dtype=np.int64)
+    c_up, c_lo = cell[0], cell[1]
+    for j in range(log_p.size):  # vectorised: -log p and -log(1 - p), where the seeds are read, and their cells
         lps, lq[j], p[j], pc[j] = regular_point(clamped(log_p[j]))
         w_up[j] = -lps
         w_lo[j] = -lq[j]
-    for j in range(log_p.size):  # the gathers
-        w_up[j] = seed_log_w(w_up[j], seed)
-        w_lo[j] = seed_log_w(w_lo[j], seed)'''
+        c_up[j], s_up[j] = seed_cell_of(w_up[j], level_shift, base, n_cells)
+        c_lo[j], s_lo[j] = seed_cell_of(w_lo[j], level_shift, base, n_cells)
+    for j in range(log_p.size):  # the gathers: each cell's cubic at s (seed_log_w finishes it, vectorised)
+        c = 6 * c_up[j]
+        s = s_up[j]
+        s_up[j] = cells[c + 2] + s * (cells[c + 3] + s * (cells[c + 4] + s * cells[c + 5]))
+        c = 6 * c_lo[j]
+        s = s_lo[j]
+        s_lo[j] = cells[c + 2] + s * (cells[c + 3] + s * (cells[c + 4] + s * cells[c + 5]))'''
+#: The cell of L in a seed table and L's place in it, from L's bits alone (no gathers, so the block's first loop
+#: computes it, vectorised): a seed table's octaves all have the same level (:data:`.seeds.SEED_LEVEL`) and its
+#: grid starts on an octave, so cell c = off[0] + (octave - first octave) * 2**level + the top ``level`` mantissa
+#: bits = (bits >> shift) - base, and s = (L - L_c)/w is the fraction the mantissa bits below those make
+#: (exactly what :func:`.lookup.cubic` computes from the cell's L_c and 1/w).  Clamped to the table: the ends
+#: (:func:`.solvers.common.seed_log_w`) replace the value outside it.
+_SEED_CELL = '''
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
+def seed_cell_of(L, level_shift, base, n_cells):
+    bits = xp.float_bits(L)
+    c = min(max((bits >> level_shift) - base, 0), n_cells - 1)
+    s = np.float64(bits & ((np.int64(1) << level_shift) - 1)) * xp.bits_float((1023 - level_shift) << 52)
+    return c, s
+'''
 _FALLBACK = '''    for i in {range}(n):
         if status[i] == np.int8(NOT_CONVERGED):
             lp = clamped(old_log_prob[i])
@@ -205,7 +232,8 @@ def _solver_drivers(kind: str, output: str) -> str:
         polished = _registry.POLISHED[kind]
         refined = _registry.REFINED.get(kind)
         template = _POLISHED_NEXT if refined else _TOKEN
-        body = _token(polished, "w_up[j], w_lo[j], lq[j], p[j], pc[j]", 8, output, block=True, template=template)
+        seeds = "seed_log_w(w_up[j], seed, s_up[j]), seed_log_w(w_lo[j], seed, s_lo[j])"
+        body = _token(polished, seeds + ", lq[j], p[j], pc[j]", 8, output, block=True, template=template)
         if refined:
             body += "\n" + _REFINE_LEFT.replace("{output}", output)
         block = _BLOCK.format(output=output, seeds=_SEEDS, solve=body, read=_READ["clamped"])
@@ -233,7 +261,7 @@ def numba_source(kind: str, extra: list[str]) -> str:
     # LLVM vectorises the closed forms and the seeded passes; only the fallback's loop is data-dependent
     lines = [f"TOL = {LOG_P_TOLERANCE!r}", f"BLOCK = {BLOCK}", f"CLOSED_BLOCK = {CLOSED_BLOCK}", f"PAD = {PAD}",
              *extra]
-    drivers = _CLAMPED + by_value_source() + "".join(_solver_drivers(kind, output) for output in OUTPUTS)
+    drivers = _CLAMPED + _SEED_CELL + by_value_source() + "".join(_solver_drivers(kind, output) for output in OUTPUTS)
     return generated_source([lookup, *solvers.parts(kind)], "numba_fast_ops", lines, drivers, inline=True,
                             outlined=_OUTLINED)  # fmt: skip
 

@@ -12,6 +12,7 @@ from numba import njit
 from .numba_ops import (  # noqa: F401 - re-exported ops names
     abs,
     all_true,
+    bits_float,
     float_bits,
     inf,
     isfinite,

@@ -9,9 +9,18 @@ from __future__ import annotations
 
 from bandcore._contract import LOG_P_TOLERANCE as TOL  # absolute: kept in every bound copy of this source
 
-from ..lookup import interpolate
+from ..lookup import cell_of, cubic, ends
 from ..ops import numpy_ops as xp  # rebound per backend by ..sources
-from ..slots import LEFT_END, RIGHT_END, SEED_SATURATED_TO, SEED_UNDECIDED_TO
+from ..slots import (
+    F_LEFT,
+    F_RIGHT,
+    LEFT_END,
+    OCTAVE_A,
+    RIGHT_END,
+    SEED_SATURATED_TO,
+    SEED_UNDECIDED_TO,
+    SLOPE_RIGHT,
+)
 
 #: Below this log p, p is (near-)subnormal: r, s and q are built from logarithms.
 LOG_P_TINY = -700.0
@@ -75,15 +84,25 @@ def _mark_unseeded(lp, seeded, status):
     return xp.where(xp.logical_or(seeded, special), status, NOT_CONVERGED)
 
 
-def seed_log_w(L, seed):
+def seed_log_w(L, seed, inner=None):
     """log w, w = 1/(e^d - 1), at the upper root of the token p = e^-L from the seed table (:mod:`.seeds`);
     NaN outside its range.  -inf (w = 0, d = inf) where the root saturates: L <= fm[SEED_SATURATED_TO]; NaN in
     the band up to fm[SEED_UNDECIDED_TO] around the saturation threshold, where only G(inf) itself can tell
-    (:mod:`..seeds`)."""
+    (:mod:`..seeds`).  ``inner``: the :func:`seed_cell` at L where the caller read it before (the Numba blocks
+    read the cells in a scalar loop of their own and finish here, vectorised), else read here."""
     fm = seed[0]
+    if inner is None:
+        inner = seed_cell(L, seed)
     inside = xp.logical_and(L >= fm[LEFT_END], L <= fm[RIGHT_END])
-    value = xp.where(inside, interpolate(L, seed[0], seed[1], seed[2], seed[3], seed[4]), xp.nan)
+    value = xp.where(inside, ends(L, inner, fm[LEFT_END], fm[RIGHT_END], fm[F_LEFT], fm[F_RIGHT], fm[SLOPE_RIGHT]),
+                     xp.nan)  # fmt: skip
     return xp.where(L <= fm[SEED_SATURATED_TO], -xp.inf, xp.where(L <= fm[SEED_UNDECIDED_TO], xp.nan, value))
+
+
+def seed_cell(L, seed):
+    """The cubic of the seed table's cell that holds L (clamped to the table): all the gathers of a seed read."""
+    cells = seed[4]
+    return cubic(L, cells, cell_of(L, seed[1][OCTAVE_A], 0, seed[2], seed[3], cells.shape[0]))
 
 
 def seed_offset(L, seed):
