@@ -229,17 +229,21 @@ def _solver_drivers(kind: str, output: str) -> str:
     """The block function and the two drivers of ``kind`` storing ``output`` (a key of :data:`OUTPUTS`)."""
     solve = _registry.ENTRY_POINTS[kind]
     if kind in _registry.POLISHED:
-        polished = _registry.POLISHED[kind]
-        refined = _registry.REFINED.get(kind)
+        # the ratio output runs the passes that form the ratios themselves (no exp of a log bound per token)
+        ratios = output == "_ratio"
+        polished = (_registry.POLISHED_RATIO if ratios else _registry.POLISHED)[kind]
+        refined = (_registry.REFINED_RATIO if ratios else _registry.REFINED).get(kind)
+        store = "" if ratios else OUTPUTS[output]
         template = _POLISHED_NEXT if refined else _TOKEN
         seeds = "seed_log_w(w_up[j], seed, s_up[j]), seed_log_w(w_lo[j], seed, s_lo[j])"
-        body = _token(polished, seeds + ", lq[j], p[j], pc[j]", 8, output, block=True, template=template)
+        body = _token(polished, seeds + ", lq[j], p[j], pc[j]", 8, output, block=True, template=template,
+                      store=store)  # fmt: skip
         if refined:
             body += "\n" + _REFINE_LEFT.replace("{output}", output)
         block = _BLOCK.format(output=output, seeds=_SEEDS, solve=body, read=_READ["clamped"])
         if refined:
             block += _REFINE_FUNCTION.replace("{output}", output).replace("REFINED", refined)
-            block = block.replace("OUT", OUTPUTS[output])
+            block = block.replace("OUT", store)
         fallback = _FALLBACK.replace("{solve}", _token(solve, "by_value(seed)", 12, output, block=False))
     elif output == "_ratio" and kind in _registry.RATIO_ENTRY_POINTS:  # the ratios themselves, not exp of logs
         ratio = _token(_registry.RATIO_ENTRY_POINTS[kind], "seed", 8, output, block=True, store="")

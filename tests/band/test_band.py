@@ -333,6 +333,34 @@ def _exact_log_ratios(name: str, delta: float) -> list:
     return [band_log_mp(name, lp, delta, dps=40) for lp in _ratio_points(delta).tolist()]
 
 
+@pytest.mark.parametrize("name", ["kl", "js", "alpha(0.5)", "cosh(u-1) - 1"])
+@pytest.mark.parametrize("delta", sampled([1e-8, 0.05, 3.0], fast=[0.05]))
+def test_seeded_ratios_against_the_oracle(name, delta):
+    """band() on Numba forms the seeded kinds' ratios themselves (the seed's point corrected by the Taylor
+    polynomial of its step, not exp of a log bound): every ratio within 1e-12 max(1, |log r|) relatively of the
+    40-digit one, a subnormal or zero one within one subnormal spacing more; the float32 output is the float64
+    one rounded."""
+    import mpmath as mp
+
+    x = _ratio_points(delta)
+    exact_pairs = _exact_log_ratios(name, delta)
+    x32 = x.astype(np.float32)
+    for index, (got, got32) in enumerate(zip(bc.band(x, name, delta, backend="numba"),
+                                             bc.band(x32, name, delta, backend="numba"), strict=True)):  # fmt: skip
+        for value, lp, exact_logs in zip(got.tolist(), x.tolist(), exact_pairs, strict=True):
+            exact_log = exact_logs[index]
+            exact = mp.e**exact_log if mp.isfinite(exact_log) else (mp.inf if exact_log > 0 else mp.mpf(0))
+            if exact > mp.mpf("1.7976931348623157e308"):
+                assert value == math.inf, (name, delta, lp, index, value, exact)
+                continue
+            scale = max(1.0, abs(float(exact_log))) if mp.isfinite(exact_log) else 1.0
+            slack = 5e-324 if exact < mp.mpf("2.2250738585072014e-308") else 0.0
+            assert abs(mp.mpf(value) - exact) <= 1e-12 * scale * exact + slack, (name, delta, lp, index, value, exact)
+        with np.errstate(over="ignore"):  # float32 inf where the float64 ratio is above its range
+            reference = bc.band(x32.astype(np.float64), name, delta, backend="numba")[index].astype(np.float32)
+        assert np.array_equal(got32, reference, equal_nan=True), (name, delta, index)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["tv", "pearson"])
 @pytest.mark.parametrize("delta", sampled([1e-8, 0.05, 0.999, 3.0], fast=[0.05]))

@@ -136,3 +136,7 @@ POLISHED = {"generic": "generic_polished_bounds", "kl": "kl_polished_bounds"}
 #: of both roots (one Newton step on): REFINED[kind] takes them in place of the seeds and returns the same five
 #: outputs.  KL's polished pass leaves only tokens without a seed.
 REFINED = {"generic": "generic_refined_bounds"}
+#: kind -> POLISHED[kind] and REFINED[kind] returning the ratios themselves (r_lo, r_up, ...) rather than their
+#: logarithms: the Numba drivers' ratio output runs these (no exp of a log bound per token)
+POLISHED_RATIO = {"generic": "generic_polished_ratios", "kl": "kl_polished_ratios"}
+REFINED_RATIO = {"generic": "generic_refined_ratios"}

@@ -11,7 +11,7 @@ tested).  KL never saturates.
 from __future__ import annotations
 
 from ..ops import numpy_ops as xp  # rebound per backend by ..sources
-from .common import CONVERGED, LOG_P_TINY, SATURATED, _regular, finish
+from .common import CONVERGED, LOG_P_TINY, SATURATED, _regular, finish, finish_ratio
 
 #: Fixed number of Halley steps of the KL solver.
 KL_STEPS = 4
@@ -76,3 +76,13 @@ def _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one):
     upper = xp.where(lq < LOG_P_TINY, -lps, xp.minimum(log_r, -lps))
     status = xp.where(lq < LOG_P_TINY, SATURATED, CONVERGED)
     return finish(lp, log_s, upper, status, lower_at_one)
+
+
+def _kl_finish_ratio(lp, lps, lq, p, r, s, delta, lower_at_one):
+    """:func:`_kl_finish` for the ratios r_up = r, r_lo = s (the seeded ratio pass): r_up <= 1/p, r_lo = 0 where
+    its logarithm is below -DBL_MAX."""
+    s = xp.where(lps < xp.log(delta) - 709.782712893384, 0.0, s)
+    one_over_p = 1.0 / p
+    upper = xp.where(lq < LOG_P_TINY, one_over_p, xp.minimum(r, one_over_p))
+    status = xp.where(lq < LOG_P_TINY, SATURATED, CONVERGED)
+    return finish_ratio(lp, s, upper, status, lower_at_one)

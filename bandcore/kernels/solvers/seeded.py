@@ -20,9 +20,9 @@ instead of evaluating G(∞) = Φ(1/p) + (1-p)f̃(0) per root (the speed-up meas
 from __future__ import annotations
 
 from ..ops import numpy_ops as xp  # rebound per backend by ..sources
-from .common import CONVERGED, LOG_P_TINY, SATURATED, _mark_unseeded, _regular, finish, p_and_pc
+from .common import CONVERGED, LOG_P_TINY, SATURATED, _mark_unseeded, _regular, finish, finish_ratio, p_and_pc
 from .generic import g_and_slope_of
-from .kl import _kl_finish, phi
+from .kl import _kl_finish, _kl_finish_ratio, phi
 
 #: The seeded pass finishes a root whose one Newton step is at most this (relative): its error is then below
 #: ~1e-16 * d G''/G'
@@ -53,12 +53,14 @@ def seeded_cells(p, pc, log_w):
 
 
 def polished_root(lp, lq, p, pc, delta, log_w):
-    """(log r, log s, saturated, finished, next d) at the upper root from its seed log w by one Newton step,
+    """(log r, log s, saturated, finished, next d, step) at the upper root from its seed log w by one Newton step,
     with no branch (a compiler vectorises it).  Finished where the root saturates, or where the step is below
     POLISH_STEP relative and G = delta to 1e-6 (the seed errs by ~1e-10, so the step's own error is ~1e-20);
-    next d = d + the step: the start of :func:`generic_refined_bounds` where the root is not finished."""
+    next d = d + the step: the start of :func:`generic_refined_bounds` where the root is not finished.  ``step``:
+    the arguments of :func:`corrected_ratios` after p, from which the ratio passes form r and s."""
     saturated = log_w == -xp.inf  # the seed table's verdict (w = 0: d = inf), exact away from the threshold
-    point, d = seeded_cells(p, pc, xp.where(saturated, 0.0, log_w))
+    start = xp.where(saturated, 0.0, log_w)
+    point, d = seeded_cells(p, pc, start)
     g, slope, log_r, log_s, q = g_and_slope_of(lp, lq, pc, point, False)
     shift = (delta - g) / slope
     regular = xp.logical_and(lp >= LOG_P_TINY, lq >= LOG_P_TINY)
@@ -66,8 +68,25 @@ def polished_root(lp, lq, p, pc, delta, log_w):
     finished = xp.logical_or(saturated, xp.logical_and(regular, xp.logical_and(small, xp.isfinite(d))))
     one_minus_q = pc * point[5]  # (1 - p) s
     half_square = 0.5 * (q * one_minus_q * shift) * shift
-    log_r = log_r + one_minus_q * shift - half_square
-    return log_r, log_s - q * shift - half_square, saturated, finished, xp.where(saturated, xp.inf, d + shift)
+    up, down = one_minus_q * shift - half_square, -q * shift - half_square  # the steps of log r and log s
+    next_d = xp.where(saturated, xp.inf, d + shift)
+    return log_r + up, log_s + down, saturated, finished, next_d, (point[2], start, up, down)
+
+
+def corrected_ratios(p, r, log_w, up, down):
+    """(r e^up, s e^down): the ratios at the root from those at the seed's point (r, and s = w/(p + w),
+    w = e^log_w) and the Taylor steps ``up``, ``down`` of their logarithms, with no exp of a log bound (two
+    transcendentals per token fewer).  The steps are a Newton or Halley correction from a seed within ~1e-7 (a
+    token whose step is larger is not finished, and solved again), so e^z is its Taylor polynomial to z^4
+    (error < |z|^5/120 < 1e-37); s is formed as exp_ratio(log w, (p + w) e^-down): the division comes before the
+    scaling by 2^n, so a subnormal s is rounded once, where w/(p + w) would round w first."""
+    w = xp.exp(log_w)
+    return r * exp_small(up), xp.exp_ratio(log_w, (p + w) * exp_small(-down))
+
+
+def exp_small(z):
+    """e^z for the tiny z of a Newton correction (|z| < 1e-7 where the result is kept): Taylor to z^4."""
+    return 1.0 + z * (1.0 + z * (0.5 + z * (1.0 / 6.0 + z * (1.0 / 24.0))))
 
 
 def generic_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=None, pc=None):
@@ -79,12 +98,29 @@ def generic_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None
     else computed here."""
     lps, lq = _regular(lp, lq)
     p, pc = p_and_pc(lps, p, pc)
-    log_r, _, up_saturated, up_done, d_up = polished_root(lps, lq, p, pc, delta, log_w_up)
-    _, log_s, lo_saturated, lo_done, d_lo = polished_root(lq, lps, pc, p, delta, log_w_lo)
+    log_r, _, up_saturated, up_done, d_up, _ = polished_root(lps, lq, p, pc, delta, log_w_up)
+    _, log_s, lo_saturated, lo_done, d_lo, _ = polished_root(lq, lps, pc, p, delta, log_w_lo)
     upper = xp.where(up_saturated, -lps, xp.minimum(log_r, -lps))
     lower = xp.where(lo_saturated, -xp.inf, log_s)
     status = xp.where(xp.logical_or(up_saturated, lo_saturated), SATURATED, CONVERGED)
     lower, upper, status = finish(lp, lower, upper, status, lower_at_one)
+    return lower, upper, _mark_unseeded(lp, xp.logical_and(up_done, lo_done), status), d_up, d_lo
+
+
+def generic_polished_ratios(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=None, pc=None):
+    """:func:`generic_polished_bounds` returning the ratios (r_lo, r_up, ...) themselves
+    (:func:`corrected_ratios`: no exp of a log bound); saturated: r_up = 1/p, r_lo = 0."""
+    lps, lq = _regular(lp, lq)
+    p, pc = p_and_pc(lps, p, pc)
+    _, _, up_saturated, up_done, d_up, up_step = polished_root(lps, lq, p, pc, delta, log_w_up)
+    _, _, lo_saturated, lo_done, d_lo, lo_step = polished_root(lq, lps, pc, p, delta, log_w_lo)
+    r = corrected_ratios(p, up_step[0], up_step[1], up_step[2], up_step[3])[0]
+    s = corrected_ratios(pc, lo_step[0], lo_step[1], lo_step[2], lo_step[3])[1]
+    one_over_p = 1.0 / p
+    upper = xp.where(up_saturated, one_over_p, xp.minimum(r, one_over_p))
+    lower = xp.where(lo_saturated, 0.0, s)
+    status = xp.where(xp.logical_or(up_saturated, lo_saturated), SATURATED, CONVERGED)
+    lower, upper, status = finish_ratio(lp, lower, upper, status, lower_at_one)
     return lower, upper, _mark_unseeded(lp, xp.logical_and(up_done, lo_done), status), d_up, d_lo
 
 
@@ -100,12 +136,18 @@ def generic_refined_bounds(lp, delta, lower_at_one, d_up, d_lo):
     return generic_polished_bounds(lp, delta, lower_at_one, offset_log_w(d_up), offset_log_w(d_lo))
 
 
+def generic_refined_ratios(lp, delta, lower_at_one, d_up, d_lo):
+    """:func:`generic_refined_bounds` returning the ratios (:func:`generic_polished_ratios`)."""
+    return generic_polished_ratios(lp, delta, lower_at_one, offset_log_w(d_up), offset_log_w(d_lo))
+
+
 def kl_polish(p, pc, log_w, delta):
-    """(log r, log s) at the root from a start log w within ~1e-7 of it: one Halley correction in d, applied to
-    log r and log s through their Taylor expansions (d log r/dd = 1-q, d log s/dd = -q, both second
-    derivatives -q(1-q)): the cells are evaluated once, from log w (:func:`seeded_cells`: three
-    transcendentals per root where computing log s through log(pE) took six: ``docs/kernel_measurements.md``)."""
-    (x, log_r, _, y, log_s, s, _), _ = seeded_cells(p, pc, log_w)  # r - 1, log r, s - 1, log s, s: 3 transcendentals
+    """(log r, log s, step) at the root from a start log w within ~1e-7 of it: one Halley correction in d,
+    applied to log r and log s through their Taylor expansions (d log r/dd = 1-q, d log s/dd = -q, both second
+    derivatives -q(1-q)); ``step`` as :func:`polished_root`'s, for the ratios: the cells are evaluated once, from log w
+    (:func:`seeded_cells`: three transcendentals per root where computing log s through log(pE) took six:
+    ``docs/kernel_measurements.md``)."""
+    (x, log_r, r, y, log_s, s, _), _ = seeded_cells(p, pc, log_w)  # r - 1, log r, s - 1, log s: 3 transcendentals
     h = p * phi(x, log_r) + pc * phi(y, log_s) - delta
     one_minus_q = pc * s
     q = 1.0 - one_minus_q
@@ -115,7 +157,8 @@ def kl_polish(p, pc, log_w, delta):
     halley = xp.logical_and(curvature >= 0.0, curvature <= 1.0)
     shift = -xp.where(halley, newton / (1.0 - 0.5 * curvature), newton)
     half_square = 0.5 * (g2 * shift) * shift
-    return log_r + one_minus_q * shift - half_square, log_s - q * shift - half_square
+    up, down = one_minus_q * shift - half_square, -q * shift - half_square
+    return log_r + up, log_s + down, (r, log_w, up, down)
 
 
 def kl_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=None, pc=None):
@@ -130,4 +173,19 @@ def kl_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=N
     log_r = kl_polish(p, pc, log_w_up, delta)[0]
     log_s = kl_polish(pc, p, log_w_lo, delta)[1]
     lower, upper, status = _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one)
+    return lower, upper, _mark_unseeded(lp, seeded, status)
+
+
+def kl_polished_ratios(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=None, pc=None):
+    """:func:`kl_polished_bounds` returning the ratios (r_lo, r_up, status) themselves (:func:`corrected_ratios`:
+    no exp of a log bound)."""
+    lps, lq = _regular(lp, lq)
+    p, pc = p_and_pc(lps, p, pc)
+    seeded = xp.logical_and(xp.logical_and(xp.isfinite(log_w_up), lps >= LOG_P_TINY),
+                            xp.logical_and(xp.isfinite(log_w_lo), lq >= LOG_P_TINY))  # fmt: skip
+    up_step = kl_polish(p, pc, log_w_up, delta)[2]
+    lo_step = kl_polish(pc, p, log_w_lo, delta)[2]
+    r = corrected_ratios(p, up_step[0], up_step[1], up_step[2], up_step[3])[0]
+    s = corrected_ratios(pc, lo_step[0], lo_step[1], lo_step[2], lo_step[3])[1]
+    lower, upper, status = _kl_finish_ratio(lp, lps, lq, p, r, s, delta, lower_at_one)
     return lower, upper, _mark_unseeded(lp, seeded, status)
