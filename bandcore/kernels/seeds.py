@@ -28,7 +28,7 @@ saturated) up to the first and NaN in the band between them, whose tokens the sa
 floating-point :math:`G(\infty)` contradicts the band at any knot, the band is everything.)
 
 A seed is only a start: the solver finishes every token with its own convergence test (the generic Newton:
-away from thresholds the seed is within ~1e-10, so the first Newton step already passes it) or one Halley step
+away from thresholds the seed is within ~1e-10, so the first Newton step already passes it) or one Newton step
 whose accuracy the tests check against the oracle (KL, where the seed errs by < 1e-9).
 The seed tables of generic plans are cached on disk (``.npz``, no pickle; folder ``seeds`` of
 :mod:`bandcore._cache`), keyed by the plan's formula and ``seed_key``, δ, the grid and the solver source, so a

@@ -1,7 +1,7 @@
 r"""The seeded passes (:data:`.common.POLISHED`): :func:`kl_polished_bounds`, :func:`generic_polished_bounds`.
 
 Each root starts from its seed table (:mod:`bandcore.kernels.seeds`, within ~1e-10 of the root away from
-thresholds; :func:`.common.seed_pair`) and is finished by one Halley (KL) or Newton (generic) step, with no
+thresholds; :func:`.common.seed_pair`) and is finished by one Newton step, with no
 branch, so that a compiler vectorises the pass; log r and log s are carried from the evaluated point to the root
 by their Taylor expansions, so each root costs one evaluation.  A token the pass cannot finish to the contract
 (no seed, a Newton step above ``POLISH_STEP``, p or 1 - p below e^-700) gets status NOT_CONVERGED.  Those are
@@ -76,7 +76,7 @@ def polished_root(lp, lq, p, pc, delta, log_w):
 def corrected_ratios(p, r, log_w, up, down):
     """(r e^up, s e^down): the ratios at the root from those at the seed's point (r, and s = w/(p + w),
     w = e^log_w) and the Taylor steps ``up``, ``down`` of their logarithms, with no exp of a log bound (two
-    transcendentals per token fewer).  The steps are a Newton or Halley correction from a seed within ~1e-7 (a
+    transcendentals per token fewer).  The steps are a Newton correction from a seed within ~1e-7 (a
     token whose step is larger is not finished, and solved again), so e^z is its Taylor polynomial to z^4
     (error < |z|^5/120 < 1e-37); s is formed as exp_ratio(log w, (p + w) e^-down): the division comes before the
     scaling by 2^n, so a subnormal s is rounded once, where w/(p + w) would round w first."""
@@ -142,7 +142,7 @@ def generic_refined_ratios(lp, delta, lower_at_one, d_up, d_lo):
 
 
 def kl_polish(p, pc, log_w, delta):
-    """(log r, log s, step) at the root from a start log w within ~1e-7 of it: one Halley correction in d,
+    """(log r, log s, step) at the root from a start log w within ~1e-7 of it: one Newton correction in d,
     applied to log r and log s through their Taylor expansions (d log r/dd = 1-q, d log s/dd = -q, both second
     derivatives -q(1-q)); ``step`` as :func:`polished_root`'s, for the ratios: the cells are evaluated once, from log w
     (:func:`seeded_cells`: three transcendentals per root where computing log s through log(pE) took six:
@@ -152,17 +152,14 @@ def kl_polish(p, pc, log_w, delta):
     one_minus_q = pc * s
     q = 1.0 - one_minus_q
     g2 = q * one_minus_q  # G''
-    newton = h / (p * x)
-    curvature = newton * (g2 / (p * x))  # h G''/G'^2 without underflowing G'^2
-    halley = xp.logical_and(curvature >= 0.0, curvature <= 1.0)
-    shift = -xp.where(halley, newton / (1.0 - 0.5 * curvature), newton)
+    shift = -h / (p * x)  # Newton: G' = q - p = p (r - 1)
     half_square = 0.5 * (g2 * shift) * shift
     up, down = one_minus_q * shift - half_square, -q * shift - half_square
     return log_r + up, log_s + down, (r, log_w, up, down)
 
 
 def kl_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=None, pc=None):
-    """:func:`kl_bounds` with each root started from its seed (:func:`seed_pair`) and finished by one Halley
+    """:func:`kl_bounds` with each root started from its seed (:func:`seed_pair`) and finished by one Newton
     step, branch-free so that a compiler vectorises it; status NOT_CONVERGED marks a token a root of which has no
     seed (p below e^-704 or above 1 - 1e-12): the caller solves those with :func:`kl_bounds`.  ``lq``, ``p``,
     ``pc`` as in :func:`generic_polished_bounds`."""
