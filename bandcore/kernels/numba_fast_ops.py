@@ -137,8 +137,9 @@ def exp_ratio(x, c):
 
 
 @njit(**_JIT)
-def log(x):
-    """log(x) = e ln2 + 2 atanh(s), x = 2^e m, m in [sqrt(1/2), sqrt(2)), s = (m-1)/(m+1), |s| < 0.172."""
+def _log_parts(x):
+    """(log x before its special cases, s, z-series y, whether x's exponent is 0): x = 2^e m, m in
+    [sqrt(1/2), sqrt(2)), s = (m-1)/(m+1), |s| < 0.172, log x = e ln2 + 2s + 2sy with y = sum_{k>=1} s^2k/(2k+1)."""
     tiny = x < MIN_NORMAL
     bits = _as_int(x * TWO_52 if tiny else x)  # subnormal: scale into the normal range
     e = (bits - SQRT_HALF_BITS) >> 52
@@ -178,7 +179,13 @@ def log(x):
         + 0.3333333333333333
     ) * z  # sum_{k>=1} z^k / (2k+1), k <= 11
     fe = float(e) - (52.0 if tiny else 0.0)
-    value = fe * LN2_HI + (2.0 * s * y + fe * LN2_LO + 2.0 * s)
+    return fe * LN2_HI + (2.0 * s * y + fe * LN2_LO + 2.0 * s), s, y, e == 0 and not tiny
+
+
+@njit(**_JIT)
+def log(x):
+    """log(x) = e ln2 + 2 atanh(s), x = 2^e m, m in [sqrt(1/2), sqrt(2)), s = (m-1)/(m+1), |s| < 0.172."""
+    value = _log_parts(x)[0]
     if x > 0.0 and x < math.inf:
         return value
     return -math.inf if x == 0.0 else (x if x > 0.0 else math.nan)
@@ -190,6 +197,26 @@ def log1p(x):
     u = 1.0 + x
     correction = (x - (u - 1.0)) / u
     return log(u) + (correction if u > 0.0 and u < math.inf else 0.0)  # log1p(-1) = -inf, log1p(inf) = inf
+
+
+@njit(**_JIT)
+def log1p_phi(x, u):
+    """(log1p(x), phi(x) = x - log1p(x)) for u = fl(1 + x), each without cancellation: log(u) compensated for the
+    rounding of u, and where u's exponent is 0 (u in [sqrt(1/2), sqrt(2))) phi from log's own series: with
+    x_u = u - 1 (exact) and s = x_u/(2 + x_u), log u = 2s + 2sy and x_u - 2s = x_u s, so phi(x_u) = x_u s - 2sy,
+    and phi(x) follows by Taylor in the rounding x - x_u, with no series of its own; elsewhere x - log1p(x)
+    (which cancels at most ~8x there).  Any u > 0 with x = u - 1 gives (log u, u - 1 - log u)."""
+    value, s, y, near = _log_parts(u)
+    regular = u > 0.0 and u < math.inf
+    correction = (x - (u - 1.0)) / u if regular else 0.0
+    if regular:
+        lg = value + correction
+    else:
+        lg = -math.inf if u == 0.0 else (u if u > 0.0 else math.nan)
+    x_u = u - 1.0
+    rounding = x - x_u  # exact; phi(x) = phi(x_u) + rounding x_u/u + rounding^2/2 (u's rounding is below 1e-16)
+    phi_near = x_u * s - 2.0 * s * y + (correction * x_u + 0.5 * rounding * rounding)
+    return lg, (phi_near if near else x - lg)
 
 
 @njit(**_JIT)

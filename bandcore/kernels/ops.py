@@ -11,10 +11,12 @@ names, and bound (:mod:`.sources`) to one of:
   ``float_bits`` needs ``jax_enable_x64``); the JAX table reader (:mod:`bandcore.tables.jax_reader`) binds
   :mod:`.lookup` to it.
 
-Names: ``exp log log1p expm1 exp_ratio sqrt abs where minimum maximum logaddexp isfinite isnan logical_and logical_or
-logical_not all_true floor_int float_bits inf nan`` (``float_bits``: a float64's bits as an int64) and, for
+Names: ``exp log log1p log1p_phi expm1 exp_ratio sqrt abs where minimum maximum logaddexp isfinite isnan logical_and
+logical_or logical_not all_true floor_int float_bits inf nan`` (``float_bits``: a float64's bits as an int64) and, for
 generated generator functions, the hyperbolic functions ``sinh cosh tanh asinh acosh atanh``.
-``exp_ratio(x, c)`` is exp(x)/c, also where exp(x) overflows and the quotient does not (c a positive float).
+``exp_ratio(x, c)`` is exp(x)/c, also where exp(x) overflows and the quotient does not (c a positive float);
+``log1p_phi(x, u)`` is (log1p(x), x - log1p(x)) for u = fl(1 + x), without cancellation (the solvers; not in the JAX
+namespace, which reads tables only).
 ``all_true(mask)`` lets a loop stop early where that costs no host synchronisation (NumPy, Numba, torch on the
 CPU); on an accelerator or while compiling it is False, so loops run their full, proven length.
 """
@@ -40,6 +42,27 @@ def _exp_ratio(x, c: float):
     big = x >= 709.0
     y = np.exp(np.where(big, x - 709.0, x))
     return np.where(big, y * (math.exp(709.0) / c), y / c)
+
+
+def _log1p_phi(ns: SimpleNamespace):
+    """``log1p_phi(x, u)`` on namespace ``ns``: (log1p(x), phi(x) = x - log1p(x)) for u = fl(1 + x), both
+    without cancellation (or (log u, u - 1 - log u) for any u > 0 and x = u - 1).  log(u) is compensated for the
+    rounding of u; for x in (-0.29, 0.41) (as Numba's: |t| < 0.18), with t = x/(2 + x), log1p(x) = 2t + 2ty(t^2),
+    y(z) = sum_k z^k/(2k+1), and x - 2t = xt, so phi = xt - 2ty; elsewhere x - log1p(x) (cancelling <= ~8x)."""
+
+    def log1p_phi(x, u):
+        regular = ns.logical_and(u > 0.0, u < math.inf)
+        correction = ns.where(regular, (x - (u - 1.0)) / u, 0.0)
+        lg = ns.log(u) + correction
+        t = x / (2.0 + x)
+        z = t * t
+        y = 0.0
+        for k in range(11, 0, -1):  # sum_{k<=11} z^k/(2k+1): its error is below 1e-17 relative for |t| < 0.18
+            y = (y + 1.0 / (2 * k + 1)) * z
+        phi_near = x * t - 2.0 * t * y
+        return lg, ns.where(ns.logical_and(x > -0.29, x < 0.41), phi_near, x - lg)
+
+    return log1p_phi
 
 
 numpy_ops = SimpleNamespace(
@@ -72,6 +95,7 @@ numpy_ops = SimpleNamespace(
     nan=math.nan,
     name="numpy",
 )
+numpy_ops.log1p_phi = _log1p_phi(numpy_ops)
 
 
 def _logaddexp(a: float, b: float) -> float:
@@ -116,7 +140,7 @@ def torch_ops() -> SimpleNamespace:
 
         return op
 
-    return SimpleNamespace(
+    ops = SimpleNamespace(
         exp=lift(torch.exp, math.exp),
         log=lift(torch.log, lambda x: math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)),
         log1p=lift(torch.log1p, lambda x: math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)),
@@ -146,6 +170,8 @@ def torch_ops() -> SimpleNamespace:
         nan=math.nan,
         name="torch",
     )
+    ops.log1p_phi = _log1p_phi(ops)
+    return ops
 
 
 @lru_cache(maxsize=1)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from ..ops import numpy_ops as xp  # rebound per backend by ..sources
 from .common import CONVERGED, LOG_P_TINY, SATURATED, _mark_unseeded, _regular, finish, finish_ratio, p_and_pc
 from .generic import g_and_slope_of
-from .kl import _kl_finish, _kl_finish_ratio, phi
+from .kl import _kl_finish, _kl_finish_ratio
 
 #: The seeded pass finishes a root whose one Newton step is at most this (relative): its error is then below
 #: ~1e-16 * d G''/G'
@@ -141,14 +141,29 @@ def generic_refined_ratios(lp, delta, lower_at_one, d_up, d_lo):
     return generic_polished_ratios(lp, delta, lower_at_one, offset_log_w(d_up), offset_log_w(d_lo))
 
 
+def kl_cells(p, pc, log_w):
+    """(r - 1, log r, phi(r - 1), r, log s, phi(s - 1), s) at the seed log w: :func:`seeded_cells` with
+    phi(x) = x - log(1 + x) of both cells from the same logarithms (``xp.log1p_phi``: no series of its own)."""
+    w = xp.exp(log_w)
+    den = p + w  # (1 + pE)/E
+    x_r = pc / den
+    x_s = -p / den
+    far = x_s < -0.5
+    log_r, phi_r = xp.log1p_phi(x_r, 1.0 + x_r)
+    u = xp.where(far, den, 1.0 + x_s)  # far (s < 1/2): log s = log w - log(p + w), as in seeded_cells
+    log_u, phi_near = xp.log1p_phi(xp.where(far, u - 1.0, x_s), u)
+    log_s = xp.where(far, log_w - log_u, log_u)
+    return x_r, log_r, phi_r, 1.0 + x_r, log_s, xp.where(far, x_s - log_s, phi_near), w / den
+
+
 def kl_polish(p, pc, log_w, delta):
     """(log r, log s, step) at the root from a start log w within ~1e-7 of it: one Newton correction in d,
     applied to log r and log s through their Taylor expansions (d log r/dd = 1-q, d log s/dd = -q, both second
-    derivatives -q(1-q)); ``step`` as :func:`polished_root`'s, for the ratios: the cells are evaluated once, from log w
-    (:func:`seeded_cells`: three transcendentals per root where computing log s through log(pE) took six:
-    ``docs/kernel_measurements.md``)."""
-    (x, log_r, r, y, log_s, s, _), _ = seeded_cells(p, pc, log_w)  # r - 1, log r, s - 1, log s: 3 transcendentals
-    h = p * phi(x, log_r) + pc * phi(y, log_s) - delta
+    derivatives -q(1-q)); ``step`` as :func:`polished_root`'s, for the ratios.  The cells are evaluated once, from
+    log w (:func:`kl_cells`: three transcendentals per root where computing log s through log(pE) took six, and phi
+    from the same logarithms: ``docs/kernel_measurements.md``)."""
+    x, log_r, phi_r, r, log_s, phi_s, s = kl_cells(p, pc, log_w)
+    h = p * phi_r + pc * phi_s - delta
     one_minus_q = pc * s
     q = 1.0 - one_minus_q
     g2 = q * one_minus_q  # G''
