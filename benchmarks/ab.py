@@ -2,7 +2,7 @@
 
     git archive <commit> bandcore | tar -x -C /tmp/before
     python -m benchmarks.ab speed /tmp/before . --reps 5          # band_log(x, name, 0.05, backend="numba")
-    python -m benchmarks.ab speed /tmp/before . --output ratio --threads 1 --inputs llm mid flat --n 500000
+    python -m benchmarks.ab speed /tmp/before . --output ratio --threads 1 --inputs llm mid flat --n 500000 --cpu-time
     python -m benchmarks.ab lookup /tmp/before . --threads 1 2    # BandTable.shipped(name, 0.05).log(x, "numba")
 
 Each tree runs in its own worker process (``python -m benchmarks.ab KIND TREE - --worker``, its own
@@ -34,13 +34,14 @@ TABLES = ["kl", "js", "reverse_kl", "hellinger", "alpha(0.5)", "alpha(0.7)", "al
           "tv", "pearson"]
 
 
-def start_workers(kind: str, trees: dict[str, str], n: int) -> dict[str, subprocess.Popen]:
+def start_workers(kind: str, trees: dict[str, str], n: int, extra: tuple[str, ...] = ()) -> dict[str, subprocess.Popen]:
     """One worker process per tree; each prints one 'ready ...' line, echoed here."""
     workers = {}
     for tag in TAGS:
         env = dict(os.environ, BANDCORE_CACHE=tempfile.mkdtemp(prefix=f"ab-{tag}-"))
         workers[tag] = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.ab", kind, os.path.abspath(trees[tag]), "-", "--worker", "--n", str(n)],
+            [sys.executable, "-m", "benchmarks.ab", kind, os.path.abspath(trees[tag]), "-", "--worker", "--n", str(n),
+             *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=Path(__file__).parents[1],
         )  # fmt: skip
         print(tag, workers[tag].stdout.readline().strip(), flush=True)
@@ -61,7 +62,7 @@ def interleaved(workers: dict[str, subprocess.Popen], rows: list[tuple], reps: i
     return times
 
 
-def _speed_worker(n: int) -> None:
+def _speed_worker(n: int, clock=time.perf_counter) -> None:
     """Answer 'name<TAB>input<TAB>threads<TAB>output' lines with the ns/token of one exact Numba call on ``threads``
     threads, of band_log (output "log") or band (output "ratio"): the median of three calls (nan, and a note on
     stderr, if the tree cannot run it)."""
@@ -80,9 +81,9 @@ def _speed_worker(n: int) -> None:
             call(inputs[which][:1000], name, 0.05, backend="numba")
             times = []
             for _ in range(3):
-                start = time.perf_counter()
+                start = clock()
                 call(inputs[which], name, 0.05, backend="numba")
-                times.append((time.perf_counter() - start) * 1e9 / n)
+                times.append((clock() - start) * 1e9 / n)
             print(statistics.median(times), flush=True)
         except Exception as err:  # reported, and the other measurements go on
             print("nan", flush=True)
@@ -135,6 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=1_000_000, help="speed: tokens per call (default 1M)")
     parser.add_argument("--threads", nargs="*", type=int, default=[1, 2], help="thread counts")
     parser.add_argument("--output", choices=("log", "ratio"), default="log", help="speed: band_log or band")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="speed: the process's CPU time, not wall time (on 1 thread: robust to other load)")
     parser.add_argument("--inputs", nargs="*", choices=("llm", "mid", "flat"), default=list(INPUTS),
                         help="the benchmark's distributions timed")
     parser.add_argument("--sizes", nargs="*", type=int, default=[500_000], help="lookup: token counts")
@@ -143,8 +146,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.worker:
         sys.path.insert(0, os.path.abspath(args.before))  # this worker's tree first: its bandcore is timed
-        return _speed_worker(args.n) if args.kind == "speed" else _lookup_worker()
-    workers = start_workers(args.kind, {"before": args.before, "after": args.after}, args.n)
+        clock = time.process_time if args.cpu_time else time.perf_counter
+        return _speed_worker(args.n, clock) if args.kind == "speed" else _lookup_worker()
+    workers = start_workers(args.kind, {"before": args.before, "after": args.after}, args.n,
+                            ("--cpu-time",) if args.cpu_time else ())
     if args.kind == "speed":
         rows = [(name, which, t, args.output) for name in args.names or DIVERGENCES for which in args.inputs
                 for t in args.threads]  # fmt: skip

@@ -32,10 +32,11 @@ UPPER[INDEX] = OUT(up)
 STATUS[INDEX] = np.int8(st)'''
 #: One block of tokens [first, last), read and written through views of the block (indices from 0, which LLVM
 #: knows to be non-negative: indexing ``array[first + j]`` keeps Numba's negative-index wraparound in the loop,
-#: which then does not vectorise): the closed forms in one branch-free loop; the seeded solvers with the L of
-#: both roots (-log p, -log(1 - p)) in a vectorised loop, their seeds (table gathers, which LLVM does not
-#: vectorise) in a second and the branch-free polished pass in a third, vectorised one.  Returns how many inputs
-#: are above TOL.  A function of its own, called by both drivers: Numba's parallel passes never see its body.
+#: which then does not vectorise): the closed forms in one branch-free loop; the seeded solvers with p, 1 - p,
+#: the L of both roots (-log p, -log(1 - p)) and their seed cells in a vectorised loop, the cells' coefficients
+#: (table gathers, which LLVM does not vectorise) in a second and the branch-free polished pass in a third,
+#: vectorised one.  Returns how many inputs are above TOL.  A function of its own, called by both drivers:
+#: Numba's parallel passes never see its body.
 _BLOCK = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
