@@ -27,9 +27,10 @@ Rules of the rewriting (each one for a numerical reason):
   :math:`x^2 (u + 2)/6` instead of :math:`u^3/6 - u/2 + 1/3`, which cancels.
 * Expressions of the form :math:`x^k R(u)` with :math:`R(1) \ne 0` cannot cancel near :math:`u = 1`
   and get no Taylor branch.
-* Last, a power :math:`u^a` whose exponent is neither an integer nor :math:`\pm 1/2` becomes :math:`e^{aL}`
-  (:math:`t^a` becomes :math:`e^{-aL}`): a ``pow`` call keeps the Numba loops from vectorising (α = 0.7 ran about
-  three times slower: ``docs/kernel_measurements.md``), and the logarithm is already at hand.
+* A power :math:`b^{m + 1/2}`, m >= 1, of any base is :math:`b^m \sqrt b` (``x**1.5`` was a libm ``pow``).
+* Last, any other power :math:`u^a` whose exponent is neither an integer nor :math:`\pm 1/2` becomes
+  :math:`e^{aL}` (:math:`t^a` becomes :math:`e^{-aL}`): a ``pow`` call keeps the Numba loops from vectorising
+  (α = 0.7 ran about three times slower: ``docs/kernel_measurements.md``), and the logarithm is already at hand.
 """
 
 from __future__ import annotations
@@ -234,23 +235,50 @@ def _taylor(expr_u: sp.Expr, sign: int) -> sp.Expr | None:
 
 
 def _powers_as_exp(expr: sp.Expr, base: sp.Symbol, log_base: sp.Expr) -> sp.Expr:
-    """``base**a`` as ``exp(a log_base)`` for every exponent a that is neither an integer nor ±1/2 (those stay
-    multiplications and square roots).  A non-integer power is a libm ``pow`` call, which stops a compiler from
-    vectorising the solver's loop; ``exp`` of the accurate logarithm the functions receive is vectorised, and
-    its error, (|a log_base| + 2) ulp, is that of ``pow`` applied to a base rounded from its logarithm."""
+    """``base**a`` as ``exp(a log_base)`` for every exponent a that is neither an integer, ±1/2 nor a positive
+    half-integer (those stay multiplications and square roots: :func:`_square_roots`).  A non-integer power is a
+    libm ``pow`` call, which stops a compiler from vectorising the solver's loop; ``exp`` of the accurate logarithm
+    the functions receive is vectorised, and its error, (|a log_base| + 2) ulp, is that of ``pow`` applied to a
+    base rounded from its logarithm."""
 
     def fractional(e: sp.Expr) -> bool:
         return (e.is_Pow and e.base == base and e.exp.is_Rational and not e.exp.is_integer
-                and abs(e.exp) != sp.Rational(1, 2))  # fmt: skip
+                and abs(e.exp) != sp.Rational(1, 2) and not _half_integer(e.exp))  # fmt: skip
 
     return expr.replace(fractional, lambda e: sp.exp(e.exp * log_base))
+
+
+def _half_integer(a: sp.Expr) -> bool:
+    """Whether ``a`` is m + 1/2 for an integer m >= 1."""
+    return bool(a.is_Rational and a.q == 2 and a > 1)
+
+
+class _SquareRoot(sp.Function):
+    """``sqrt(b)`` kept apart from b's integer powers, with which SymPy would merge it back into ``b**(m + 1/2)``."""
+
+    nargs = 1
+
+    def _pythoncode(self, printer) -> str:
+        return printer._print(sp.sqrt(self.args[0]))
+
+
+def _square_roots(expr: sp.Expr | None) -> sp.Expr | None:
+    r"""Every power :math:`b^{m + 1/2}` (m >= 1, any base b: x, y = 1 - t, t, u, 1 - u, ...) as
+    :math:`b^m \sqrt b`, a few multiplications and a square root that vectorise, where ``b**1.5`` would be a libm
+    ``pow`` call (and t**1.5 an ``exp``: the far branches of most generators with a square root already take
+    sqrt(t)).  Both factors are on the same side of 1 as the power, so neither overflows nor underflows unless it
+    does; b < 0 gives NaN, as ``pow`` did."""
+    if expr is None:
+        return None
+    return expr.replace(lambda e: e.is_Pow and _half_integer(e.exp),
+                        lambda e: e.base ** (e.exp - sp.Rational(1, 2)) * _SquareRoot(e.base))  # fmt: skip
 
 
 def _side_function(name: str, expr_u: sp.Expr, sign: int) -> SideFunction:
     pieces = pieces_of(on_side(expr_u, sign))  # Abs, Min/Max, where() resolved on this side of u = 1
 
     def closed_of(expr: sp.Expr) -> sp.Expr:
-        return _on_signs(_powers_as_exp(_side_expression(expr, sign), UU, L), sign, safe_value)
+        return _on_signs(_square_roots(_powers_as_exp(_side_expression(expr, sign), UU, L)), sign, safe_value)
 
     closed = selected(pieces, closed_of)
     near_one = [expr for expr, cond in pieces if holds_near_one(cond, sign, TAYLOR_RADIUS)][:1]
@@ -260,7 +288,8 @@ def _side_function(name: str, expr_u: sp.Expr, sign: int) -> SideFunction:
     if sign < 0:
         return SideFunction(name=name, closed=closed, taylor=taylor, far=None)
     at_infinity = _to_float(sp.limit(last_piece(pieces), U, sp.oo))
-    far = selected(pieces, lambda e: _on_signs(_powers_as_exp(_far_expression(e), T, -L), sign, safe_value))
+    far = selected(pieces, lambda e: _on_signs(_square_roots(_powers_as_exp(_far_expression(e), T, -L)), sign,
+                                               safe_value))  # fmt: skip
     return SideFunction(name, closed, taylor, far=far, at_infinity=at_infinity)
 
 
@@ -285,7 +314,7 @@ def _log_side_function(name: str, expr_u: sp.Expr) -> SideFunction:
     the product is formed as :math:`e^{\log(1-p) + \log|\tilde f(s)|}` (e.g. Neyman's lower bound at
     :math:`\log p = -1500`, where :math:`\tilde f(s) \approx 1/s` overflows while the product is about δ)."""
     pieces = pieces_of(on_side(expr_u, -1))
-    closed = selected(pieces, lambda e: _powers_as_exp(_log_abs(_side_expression(e, -1)), UU, L))
+    closed = selected(pieces, lambda e: _square_roots(_powers_as_exp(_log_abs(_side_expression(e, -1)), UU, L)))
     return SideFunction(name=name, closed=closed, taylor=None, far=None)
 
 
