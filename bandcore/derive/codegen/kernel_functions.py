@@ -38,8 +38,8 @@ Rules of the rewriting (each one for a numerical reason):
   N})^{\pm 1}` (t for u in the far form): factors on the same side of 1 as the power, a negative power a division
   by such a product, so that nothing overflows or underflows before the power itself (on the s side, where u
   underflows, a denominator is 0 only where the power overflows anyway).
-* Expressions of the form :math:`x^k (c - 1)^m R(u)` with :math:`R(1) \ne 0` cannot cancel near
-  :math:`u = 1` (x and expm1(L/N) are accurate however small) and get no Taylor branch.
+* Expressions of the form :math:`x^k L^l (c - 1)^m R(u)` with :math:`R(1) \ne 0` cannot cancel near
+  :math:`u = 1` (x, L and expm1(L/N) are accurate however small) and get no Taylor branch.
 * A power :math:`b^{m + 1/2}`, m >= 1, of any base is :math:`b^m \sqrt b` (``x**1.5`` was a libm ``pow``).
 * Last, any other power :math:`u^a` whose exponent is neither an integer nor :math:`\pm 1/2` (N = 2 or N > 16)
   becomes :math:`e^{aL}` (:math:`t^a` becomes :math:`e^{-aL}`): a ``pow`` call keeps the Numba loops from
@@ -240,10 +240,10 @@ def _exponents_in_x(expr: sp.Expr) -> sp.Expr:
 
 
 def _needs_taylor(closed: sp.Expr) -> bool:
-    """False when ``closed`` is a product of powers of x and c - 1 (each accurate, however small) and an R(u) with
-    R(1) finite and nonzero, free of x and L (no cancellation)."""
+    """False when ``closed`` is a product of powers of x, L and c - 1 (each accurate, however small) and an R(u)
+    with R(1) finite and nonzero, free of them (no cancellation): e.g. reverse KL's f'(u) = L."""
     factors = sp.Mul.make_args(closed)
-    rest = [f for f in factors if not (f in (X, RM) or (f.is_Pow and f.base in (X, RM)))]
+    rest = [f for f in factors if not (f in (X, L, RM) or (f.is_Pow and f.base in (X, L, RM)))]
     remainder = sp.Mul(*rest).subs(L, sp.log(UU))
     if remainder.has(X, RM):
         return True
