@@ -33,8 +33,8 @@ Rules of the rewriting (each one for a numerical reason):
   :math:`e^{L/N}`, textually the same in every function of a side so that the Numba module computes it once
   (LLVM merges identical instructions after inlining; ``expm1`` shares ``exp``'s range reduction and Taylor sum):
   one ``exp`` per side instead of one per power (α = 0.7: 11 per evaluation of both sides, whose polynomial
-  arithmetic was most of the kernel's time), and no cancellation near u = 1 (α = 0.7's Φ lost up to 1,600 ulp at
-  the Taylor radius, now 11).  Powers :math:`c^{\pm e}`, e >= N, are :math:`(u^{\lfloor e/N\rfloor} c^{e \bmod
+  arithmetic was most of the kernel's time), and no cancellation near u = 1 (α = 0.7's Φ lost up to ~1,600 ulp
+  next to the Taylor radius, now 12).  Powers :math:`c^{\pm e}`, e >= N, are :math:`(u^{\lfloor e/N\rfloor} c^{e \bmod
   N})^{\pm 1}` (t for u in the far form): factors on the same side of 1 as the power, a negative power a division
   by such a product, so that nothing overflows or underflows before the power itself (on the s side, where u
   underflows, a denominator is 0 only where the power overflows anyway).
