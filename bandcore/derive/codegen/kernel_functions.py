@@ -25,22 +25,40 @@ Rules of the rewriting (each one for a numerical reason):
   (no :math:`1/u` overflow when :math:`u` underflows).
 * The expression is factored and each factor :math:`u - 1` becomes ``x``: e.g. α = 3 gives
   :math:`x^2 (u + 2)/6` instead of :math:`u^3/6 - u/2 + 1/3`, which cancels.
-* Expressions of the form :math:`x^k R(u)` with :math:`R(1) \ne 0` cannot cancel near :math:`u = 1`
-  and get no Taylor branch.
-* Last, a power :math:`u^a` whose exponent is neither an integer nor :math:`\pm 1/2` becomes :math:`e^{aL}`
-  (:math:`t^a` becomes :math:`e^{-aL}`): a ``pow`` call keeps the Numba loops from vectorising (α = 0.7 ran about
-  three times slower: ``docs/kernel_measurements.md``), and the logarithm is already at hand.
+* Fractional powers of u whose denominators have a least common multiple :math:`3 \le N \le 16`
+  (:data:`ROOT_DENOMINATOR_MAX`) are all powers of one root :math:`c = u^{1/N}`: the expression is written as a
+  rational function of c (of :math:`t^{1/N} = 1/c` in the far form) and factored in c, where factoring in u finds
+  nothing: α = 0.7's :math:`7u - 10u^{7/10} + 3` is :math:`(c - 1)^2 (7c^8 + 14c^7 + \dots + 3)`.  The factor
+  :math:`c - 1` is computed as :math:`\operatorname{expm1}(L/N)`, without its cancellation, and c as
+  :math:`e^{L/N}`, textually the same in every function of a side so that the Numba module computes it once
+  (LLVM merges identical instructions after inlining; ``expm1`` shares ``exp``'s range reduction and Taylor sum):
+  one ``exp`` per side instead of one per power (α = 0.7: 11 per evaluation of both sides, whose polynomial
+  arithmetic was most of the kernel's time), and no cancellation near u = 1 (α = 0.7's Φ lost up to ~1,600 ulp
+  next to the Taylor radius, now 12).  Powers :math:`c^{\pm e}`, e >= N, are :math:`(u^{\lfloor e/N\rfloor} c^{e \bmod
+  N})^{\pm 1}` (t for u in the far form): factors on the same side of 1 as the power, a negative power a division
+  by such a product, so that nothing overflows or underflows before the power itself (on the s side, where u
+  underflows, a denominator is 0 only where the power overflows anyway).
+* Expressions of the form :math:`x^k L^l (c - 1)^m R(u)` with :math:`R(1) \ne 0` cannot cancel near
+  :math:`u = 1` (x, L and expm1(L/N) are accurate however small) and get no Taylor branch.
+* A power :math:`b^{m + 1/2}`, m >= 1, of any base is :math:`b^m \sqrt b` (``x**1.5`` was a libm ``pow``).
+* Last, any other power :math:`u^a` whose exponent is neither an integer nor :math:`\pm 1/2` (N = 2 or N > 16)
+  becomes :math:`e^{aL}` (:math:`t^a` becomes :math:`e^{-aL}`): a ``pow`` call keeps the Numba loops from
+  vectorising (α = 0.7 ran about three times slower: ``docs/kernel_measurements.md``), and the logarithm is
+  already at hand.  The logarithms' functions (p or 1 - p below e^-700 only) keep the form in u; their powers
+  :math:`e^{aL}` are written with the side's root (:func:`_powers_on_root`), adding no ``exp``.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import sympy as sp
+from sympy.codegen.cfunctions import expm1
 
 from ...divergences import Divergence
 from ...plan import VECTORISED_NAMES, GeneratedFunction
@@ -177,13 +195,16 @@ def _on_signs(expr: sp.Expr, sign: int, rewrite: Callable[[sp.Expr], sp.Expr]) -
     return result.xreplace({d: s for s, d in dummies.items()})
 
 
-def _side_expression(expr: sp.Expr, sign: int) -> sp.Expr:
-    """``expr(u)`` on one side of u = 1, in the symbols (x, L, u), cancellation-free where factoring allows."""
+def _side_expression(expr: sp.Expr, sign: int, n: int = 1) -> sp.Expr:
+    """``expr(u)`` on one side of u = 1, in the symbols (x, L, u), cancellation-free where factoring allows; with
+    a root (n > 1), in (c, c - 1, L, u) instead (:func:`_in_root`)."""
     xs = sp.Symbol("xs", positive=True) if sign > 0 else sp.Symbol("xs", negative=True)
     # resolve Abs(u - 1) etc. on this side, then go back to u
     expr = expr.subs(U, 1 + xs).subs(xs, U - 1)
-    expr = sp.expand_log(expr, force=True)
-    expr = sp.factor(expr.xreplace({sp.log(U): L}))
+    expr = sp.expand_log(expr, force=True).xreplace({sp.log(U): L})
+    if n > 1:
+        return _in_root(expr, U, n)
+    expr = sp.factor(expr)
     if sign < 0:  # u**a = exp(a L) for a < 0 on the s side: no 1/u overflow when u underflows
         expr = expr.replace(
             lambda e: e.is_Pow and e.base == U and bool(e.exp.is_negative), lambda e: sp.exp(e.exp * L)
@@ -193,11 +214,14 @@ def _side_expression(expr: sp.Expr, sign: int) -> sp.Expr:
     return expr.xreplace({U: UU})
 
 
-def _far_expression(expr: sp.Expr) -> sp.Expr:
-    """r side, ``expr(u)`` for u > 1 in (t, y, L) with t = 1/u, y = 1 - t = x/u: no u**k overflow."""
+def _far_expression(expr: sp.Expr, n: int = 1) -> sp.Expr:
+    """r side, ``expr(u)`` for u > 1 in (t, y, L) with t = 1/u, y = 1 - t = x/u: no u**k overflow; with a root
+    (n > 1), in (c, c - 1, L, t) with c = t^(1/N) instead (:func:`_in_root`)."""
     xs, ts = sp.Symbol("xs", positive=True), sp.Symbol("ts", positive=True)
     expr = expr.subs(U, 1 + xs).subs(xs, U - 1)
     expr = sp.expand_log(expr, force=True).xreplace({sp.log(U): L})
+    if n > 1:
+        return _exponents_in_x(_in_root(expr.subs(U, 1 / ts), ts, n))
     expr = sp.factor(expr.subs(U, 1 / ts))
     expr = expr.replace(lambda e: e.is_Pow and e.base == ts - 1, lambda e: (-Y) ** e.exp)
     return _exponents_in_x(expr.xreplace({ts - 1: -Y, 1 - ts: Y}).xreplace({ts: T}))
@@ -205,7 +229,10 @@ def _far_expression(expr: sp.Expr) -> sp.Expr:
 
 def _exponents_in_x(expr: sp.Expr) -> sp.Expr:
     """The arguments of exponential and hyperbolic functions in x = u - 1 = 1/t - 1 rather than u or t:
-    e^{1/t - 1} and e^{-1} e^u are e^x, whose size and sign (the side's) :mod:`.overflow` can then read."""
+    e^{1/t - 1} and e^{-1} e^u are e^x, whose size and sign (the side's) :mod:`.overflow` can then read.  An
+    expression without them is returned as it is (SymPy's powsimp takes seconds on the polynomials of a root)."""
+    if not expr.has(sp.exp, sp.cosh, sp.sinh, sp.tanh):
+        return expr
     in_x = {T: 1 / (1 + X), Y: X / (1 + X), UU: 1 + X}
     expr = expr.replace(lambda e: isinstance(e, (sp.exp, sp.cosh, sp.sinh, sp.tanh)),
                         lambda e: e.func(sp.expand(e.args[0].xreplace(in_x))))  # fmt: skip
@@ -213,13 +240,14 @@ def _exponents_in_x(expr: sp.Expr) -> sp.Expr:
 
 
 def _needs_taylor(closed: sp.Expr) -> bool:
-    """False when ``closed`` is x**k * R(u) with R(1) finite and nonzero and free of x and L (no cancellation)."""
+    """False when ``closed`` is a product of powers of x, L and c - 1 (each accurate, however small) and an R(u)
+    with R(1) finite and nonzero, free of them (no cancellation): e.g. reverse KL's f'(u) = L."""
     factors = sp.Mul.make_args(closed)
-    rest = [f for f in factors if not (f == X or (f.is_Pow and f.base == X))]
+    rest = [f for f in factors if not (f in (X, L, RM) or (f.is_Pow and f.base in (X, L, RM)))]
     remainder = sp.Mul(*rest).subs(L, sp.log(UU))
-    if remainder.has(X):
+    if remainder.has(X, RM):
         return True
-    value = remainder.subs(UU, 1)
+    value = remainder.subs({UU: 1, RC: 1})
     return not (value.is_finite and value != 0)
 
 
@@ -234,33 +262,207 @@ def _taylor(expr_u: sp.Expr, sign: int) -> sp.Expr | None:
 
 
 def _powers_as_exp(expr: sp.Expr, base: sp.Symbol, log_base: sp.Expr) -> sp.Expr:
-    """``base**a`` as ``exp(a log_base)`` for every exponent a that is neither an integer nor ±1/2 (those stay
-    multiplications and square roots).  A non-integer power is a libm ``pow`` call, which stops a compiler from
-    vectorising the solver's loop; ``exp`` of the accurate logarithm the functions receive is vectorised, and
-    its error, (|a log_base| + 2) ulp, is that of ``pow`` applied to a base rounded from its logarithm."""
+    """``base**a`` as ``exp(a log_base)`` for every exponent a that is neither an integer, ±1/2 nor a positive
+    half-integer (those stay multiplications and square roots: :func:`_square_roots`).  A non-integer power is a
+    libm ``pow`` call, which stops a compiler from vectorising the solver's loop; ``exp`` of the accurate logarithm
+    the functions receive is vectorised, and its error, (|a log_base| + 2) ulp, is that of ``pow`` applied to a
+    base rounded from its logarithm."""
 
     def fractional(e: sp.Expr) -> bool:
         return (e.is_Pow and e.base == base and e.exp.is_Rational and not e.exp.is_integer
-                and abs(e.exp) != sp.Rational(1, 2))  # fmt: skip
+                and abs(e.exp) != sp.Rational(1, 2) and not _half_integer(e.exp))  # fmt: skip
 
     return expr.replace(fractional, lambda e: sp.exp(e.exp * log_base))
 
 
-def _side_function(name: str, expr_u: sp.Expr, sign: int) -> SideFunction:
+def _half_integer(a: sp.Expr) -> bool:
+    """Whether ``a`` is m + 1/2 for an integer m >= 1."""
+    return bool(a.is_Rational and a.q == 2 and a > 1)
+
+
+class _SquareRoot(sp.Function):
+    """``sqrt(b)`` kept apart from b's integer powers, with which SymPy would merge it back into ``b**(m + 1/2)``."""
+
+    nargs = 1
+
+    def _pythoncode(self, printer) -> str:
+        return printer._print(sp.sqrt(self.args[0]))
+
+
+def _square_roots(expr: sp.Expr | None) -> sp.Expr | None:
+    r"""Every power :math:`b^{m + 1/2}` (m >= 1, any base b: x, y = 1 - t, t, u, 1 - u, ...) as
+    :math:`b^m \sqrt b`, a few multiplications and a square root that vectorise, where ``b**1.5`` would be a libm
+    ``pow`` call (and t**1.5 an ``exp``: the far branches of most generators with a square root already take
+    sqrt(t)).  Both factors are on the same side of 1 as the power, so neither overflows nor underflows unless it
+    does; b < 0 gives NaN, as ``pow`` did."""
+    if expr is None:
+        return None
+    return expr.replace(lambda e: e.is_Pow and _half_integer(e.exp),
+                        lambda e: e.base ** (e.exp - sp.Rational(1, 2)) * _SquareRoot(e.base))  # fmt: skip
+
+
+#: Largest N, the lcm of the denominators of the generator's fractional exponents of u, for which the functions are
+#: written in the root c = u^(1/N) (:func:`_in_root`).  Every power is then an integer power of c, a few
+#: multiplications (in a Horner form) where each was an ``exp`` of some 20 vector instructions; beyond it
+#: (α = 0.99: N = 100) the polynomials in c grow to degree ~N and cost as much as the exps they replace.  N = 2
+#: keeps ``sqrt`` (exact, and as cheap as an ``exp``) and e^{aL} for the other half-integers it cannot take.
+ROOT_DENOMINATOR_MAX = 16
+
+#: The root of the branch's variable in SymPy's expressions: c = u^(1/N) (closed forms) or t^(1/N) (far form), and
+#: c - 1 (printed as :class:`_Root` and :class:`_RootMinusOne`, or from them, by :func:`_with_roots`).
+RC = sp.Symbol("rc", positive=True)
+RM = sp.Symbol("rm", real=True)
+
+#: Largest N (max |a| + 1) (a: the generator's exponents of u), about the degree of the polynomials in the root,
+#: for which the root form is used: beyond it their Horner forms cost more than the exps they replace, and
+#: SymPy's factorisation (under 2 s at degree 95, α = 5.9375) grows towards the code generation's time budget.
+ROOT_DEGREE_MAX = 128
+
+
+def _root_denominator(f: sp.Expr) -> int:
+    """N of :data:`ROOT_DENOMINATOR_MAX` for the generator ``f``, or 1 where its functions keep their powers of u."""
+    exponents = [e.exp for e in f.atoms(sp.Pow) if e.base == U and e.exp.is_Rational and not e.exp.is_integer]
+    if not exponents:
+        return 1
+    n = math.lcm(*(a.q for a in exponents))
+    degree = n * (max(abs(a) for a in exponents) + 1)
+    return n if 2 < n <= ROOT_DENOMINATOR_MAX and degree <= ROOT_DEGREE_MAX else 1
+
+
+class _Root(sp.Function):
+    r"""The root :math:`c = e^{qL}` (:math:`q = 1/N`) of the closed forms, printed as that ``exp``.  A function of its
+    own rather than ``exp(q*L)``, whose integer powers SymPy would fold back into one ``exp``; its text is the same
+    in every function of a side, so that the Numba module computes it once per evaluation of the side (LLVM merges
+    the identical instructions after inlining)."""
+
+    nargs = 2
+
+    def _eval_is_positive(self) -> bool:
+        return True
+
+    def _pythoncode(self, printer) -> str:
+        log_u, q = self.args
+        return printer._print(sp.exp(q * log_u))
+
+
+class _ReciprocalRoot(_Root):
+    r""":math:`e^{-qL} = 1/c`, the root :math:`t^{1/N}` of the far form, formed as the reciprocal of the closed forms'
+    root (a division, not a second ``exp``): on the r side :math:`1/c \in [e^{-71}, 1]` for every finite u, 0 at
+    :math:`u = \infty`."""
+
+    def _pythoncode(self, printer) -> str:
+        log_u, q = self.args
+        return f"(1.0/{printer._print(sp.exp(q * log_u))})"
+
+
+class _ReciprocalRootMinusOne(_Root):
+    r""":math:`1/c - 1 = -\operatorname{expm1}(qL)/c`, without cancellation, one factor (its powers are of the
+    product, which stays in [-1, 0] on the r side, where the two factors alone could overflow and underflow)."""
+
+    def _pythoncode(self, printer) -> str:
+        log_u, q = self.args
+        return f"(-{printer._print(expm1(q * log_u))}*(1.0/{printer._print(sp.exp(q * log_u))}))"
+
+
+class _RootMinusOne(sp.Function):
+    r""":math:`c - 1 = \operatorname{expm1}(qL)`, without the cancellation of ``c - 1`` near u = 1 (``expm1`` and
+    ``exp`` of one argument share their range reduction and Taylor sum in the Numba module: LLVM computes them
+    once)."""
+
+    nargs = 2
+
+    def _pythoncode(self, printer) -> str:
+        log_u, q = self.args
+        return printer._print(expm1(q * log_u))
+
+
+def _in_root(expr: sp.Expr, var: sp.Symbol, n: int) -> sp.Expr:
+    r"""``expr`` (of ``var`` = u or t, and L) as a rational function of the root :math:`c = \mathrm{var}^{1/N}`
+    (:data:`RC`), factored over the rationals: where the closed form cancels near u = 1, SymPy's factorisation in c
+    shows it as powers of c - 1 (:data:`RM`, computed as ``expm1(L/N)``: no cancellation), e.g. α = 0.7's
+    :math:`7u - 10u^{7/10} + 3 = (c - 1)^2 (7c^8 + 14c^7 + 21c^6 + 18c^5 + 15c^4 + 12c^3 + 9c^2 + 6c + 3)`, where
+    the form in u cancelled (SymPy does not find that factorisation in u)."""
+    expr = sp.factor(expr.subs(var, RC**n))
+    return expr.xreplace({RC - 1: RM, 1 - RC: -RM})
+
+
+def _with_roots(expr: sp.Expr | None, n: int, far: bool) -> sp.Expr | None:
+    r""":func:`_in_root`'s expression as the kernels compute it.  Polynomials in c in Horner form (here, last:
+    SymPy's rewriting of exponents is slow on nested products); a power :math:`c^{\pm e}` with e >= N as
+    :math:`(w^{\lfloor e/N \rfloor} c^{e \bmod N})^{\pm 1}`, w = u (closed forms) or t (far form): exact, fewer
+    products, and of factors on the same side of 1, so that none overflows or underflows before the power does (a
+    negative power is a division by that product, which underflows to 0 only where the power overflows).  Then the
+    root c = exp(L/N) and c - 1 = expm1(L/N) in the closed forms; in the far form 1/c (the root of t) and
+    1/c - 1 = -expm1(L/N)/c."""
+    if expr is None or n == 1:
+        return expr
+
+    def polynomial(e: sp.Expr) -> bool:
+        return e.is_Add and e.free_symbols == {RC} and e.is_polynomial(RC)
+
+    def split(e: sp.Expr) -> sp.Expr:
+        m, k = divmod(abs(int(e.exp)), n)
+        return ((T if far else UU) ** m * RC**k) ** sp.sign(e.exp)
+
+    expr = expr.replace(polynomial, lambda e: sp.horner(e, wrt=RC))
+    expr = expr.replace(lambda e: e.is_Pow and e.base == RC and e.exp.is_Integer and abs(e.exp) >= n, split)
+    q = sp.Rational(1, n)
+    if far:
+        return expr.xreplace({RC: _ReciprocalRoot(L, q), RM: _ReciprocalRootMinusOne(L, q)})
+    return expr.xreplace({RC: _Root(L, q), RM: _RootMinusOne(L, q)})
+
+
+def _power_exponent(node: sp.Basic) -> sp.Rational | None:
+    """a where ``node`` is e^{aL} (a power u^a) with a rational and not an integer, else None."""
+    if isinstance(node, sp.exp):
+        a = node.args[0] / L
+        if a.is_Rational and not a.is_integer:
+            return a
+    return None
+
+
+def _powers_on_root(expr: sp.Expr | None, n: int, sign: int) -> sp.Expr | None:
+    r"""The powers :math:`e^{aL}` (a = k/N) left in ``expr`` (the logarithms' functions, which keep the form in u:
+    they serve only the far tails, p or 1 - p < e^-700) as powers of the closed forms' root c = e^{L/N}, so that
+    they add no ``exp``: :math:`c^{k \bmod N} u^{\lfloor k/N \rfloor}` for a > 0 (c, u on the same side of 1);
+    for a < 0, :math:`(1/c)^{-k}` on the r side (1/c <= 1) and :math:`1/c^{-k}` on the s side (no 1/u, which
+    overflows where u underflows; c^{-k} underflows exactly where the power overflows)."""
+    if expr is None or n == 1:
+        return expr
+    q = sp.Rational(1, n)
+    powers = {}
+    for node in expr.atoms(sp.exp):
+        a = _power_exponent(node)
+        if a is None or n % a.q:
+            continue
+        k = int(a * n)
+        if k > 0:
+            powers[node] = _Root(L, q) ** (k % n) * UU ** (k // n)
+        else:
+            powers[node] = _ReciprocalRoot(L, q) ** (-k) if sign > 0 else _Root(L, q) ** k
+    return expr.xreplace(powers)
+
+
+def _side_function(name: str, expr_u: sp.Expr, sign: int, n: int = 1) -> SideFunction:
     pieces = pieces_of(on_side(expr_u, sign))  # Abs, Min/Max, where() resolved on this side of u = 1
 
     def closed_of(expr: sp.Expr) -> sp.Expr:
-        return _on_signs(_powers_as_exp(_side_expression(expr, sign), UU, L), sign, safe_value)
+        closed = _square_roots(_powers_as_exp(_side_expression(expr, sign, n), UU, L))
+        return _with_roots(_on_signs(closed, sign, safe_value), n, far=False)
+
+    def far_of(expr: sp.Expr) -> sp.Expr:
+        far = _square_roots(_powers_as_exp(_far_expression(expr, n), T, -L))
+        return _with_roots(_on_signs(far, sign, safe_value), n, far=True)
 
     closed = selected(pieces, closed_of)
     near_one = [expr for expr, cond in pieces if holds_near_one(cond, sign, TAYLOR_RADIUS)][:1]
     taylor = None
-    if near_one and _needs_taylor(_side_expression(near_one[0], sign)):
+    if near_one and _needs_taylor(_side_expression(near_one[0], sign, n)):
         taylor = _taylor(near_one[0], sign)
     if sign < 0:
         return SideFunction(name=name, closed=closed, taylor=taylor, far=None)
     at_infinity = _to_float(sp.limit(last_piece(pieces), U, sp.oo))
-    far = selected(pieces, lambda e: _on_signs(_powers_as_exp(_far_expression(e), T, -L), sign, safe_value))
+    far = selected(pieces, far_of)
     return SideFunction(name, closed, taylor, far=far, at_infinity=at_infinity)
 
 
@@ -285,7 +487,7 @@ def _log_side_function(name: str, expr_u: sp.Expr) -> SideFunction:
     the product is formed as :math:`e^{\log(1-p) + \log|\tilde f(s)|}` (e.g. Neyman's lower bound at
     :math:`\log p = -1500`, where :math:`\tilde f(s) \approx 1/s` overflows while the product is about δ)."""
     pieces = pieces_of(on_side(expr_u, -1))
-    closed = selected(pieces, lambda e: _powers_as_exp(_log_abs(_side_expression(e, -1)), UU, L))
+    closed = selected(pieces, lambda e: _square_roots(_powers_as_exp(_log_abs(_side_expression(e, -1)), UU, L)))
     return SideFunction(name=name, closed=closed, taylor=None, far=None)
 
 
@@ -342,16 +544,25 @@ def _generator_functions(div: Divergence) -> GeneratorFunctions:
     df = sp.diff(f, U)
     left, right = known.slopes_at_one  # one-sided slopes of f at 1 (those of f̃ differ from them by f'(1))
     f2 = _to_float(known.f2) if known.is_smooth_at_one else 0.0
+    n = _root_denominator(f)
+    phi_r, dphi_r, f_s, k_s = (
+        _side_function(name, expr, sign, n)
+        for name, expr, sign in (("phi_r", f / U, 1), ("dphi_r", df, 1), ("f_s", f, -1), ("k_s", U * df, -1))
+    )
+    log_f_s, log_k_s, log_phi_r, log_dphi_r = (
+        replace(fn, closed=_powers_on_root(fn.closed, n, sign)) for fn, sign in (
+            (_log_side_function("log_f_s", f), -1), (_log_side_function("log_k_s", U * df), -1),
+            (_log_far_function("log_phi_r", f / U), 1), (_log_far_function("log_dphi_r", df), 1)))  # fmt: skip
     return GeneratorFunctions(
         divergence=div,
-        phi_r=_side_function("phi_r", f / U, +1),
-        dphi_r=_side_function("dphi_r", df, +1),
-        f_s=_side_function("f_s", f, -1),
-        k_s=_side_function("k_s", U * df, -1),
-        log_f_s=_log_side_function("log_f_s", f),
-        log_k_s=_log_side_function("log_k_s", U * df),
-        log_phi_r=_log_far_function("log_phi_r", f / U),
-        log_dphi_r=_log_far_function("log_dphi_r", df),
+        phi_r=phi_r,
+        dphi_r=dphi_r,
+        f_s=f_s,
+        k_s=k_s,
+        log_f_s=log_f_s,
+        log_k_s=log_k_s,
+        log_phi_r=log_phi_r,
+        log_dphi_r=log_dphi_r,
         f_at_zero=_to_float(known.f_at_zero),
         slope_at_infinity=_to_float(known.slope_at_infinity),
         f2=f2,
