@@ -333,7 +333,7 @@ def _exact_log_ratios(name: str, delta: float) -> list:
     return [band_log_mp(name, lp, delta, dps=40) for lp in _ratio_points(delta).tolist()]
 
 
-@pytest.mark.parametrize("name", ["kl", "js", "alpha(0.5)", "cosh(u-1) - 1"])
+@pytest.mark.parametrize("name", ["kl", "js", "alpha(0.5)", "alpha(0.7)", "cosh(u-1) - 1"])
 @pytest.mark.parametrize("delta", sampled([1e-8, 0.05, 3.0], fast=[0.05]))
 def test_seeded_ratios_against_the_oracle(name, delta):
     """band() on Numba forms the seeded kinds' ratios themselves (the seed's point corrected by the Taylor
