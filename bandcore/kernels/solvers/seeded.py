@@ -57,7 +57,7 @@ def polished_root(lp, lq, p, pc, delta, log_w):
     with no branch (a compiler vectorises it).  Finished where the root saturates, or where the step is below
     POLISH_STEP relative and G = delta to 1e-6 (the seed errs by ~1e-10, so the step's own error is ~1e-20);
     next d = d + the step: the start of :func:`generic_refined_bounds` where the root is not finished.  ``step``:
-    the arguments of :func:`corrected_ratios` after p, from which the ratio passes form r and s."""
+    (r, log w, up, down), from which the ratio passes form r and s (:func:`ratio_up`, :func:`ratio_down`)."""
     saturated = log_w == -xp.inf  # the seed table's verdict (w = 0: d = inf), exact away from the threshold
     start = xp.where(saturated, 0.0, log_w)
     point, d = seeded_cells(p, pc, start)
@@ -73,15 +73,19 @@ def polished_root(lp, lq, p, pc, delta, log_w):
     return log_r + up, log_s + down, saturated, finished, next_d, (point[2], start, up, down)
 
 
-def corrected_ratios(p, r, log_w, up, down):
-    """(r e^up, s e^down): the ratios at the root from those at the seed's point (r, and s = w/(p + w),
-    w = e^log_w) and the Taylor steps ``up``, ``down`` of their logarithms, with no exp of a log bound (two
-    transcendentals per token fewer).  The steps are a Newton correction from a seed within ~1e-7 (a
-    token whose step is larger is not finished, and solved again), so e^z is its Taylor polynomial to z^4
-    (error < |z|^5/120 < 1e-37); s is formed as exp_ratio(log w, (p + w) e^-down): the division comes before the
-    scaling by 2^n, so a subnormal s is rounded once, where w/(p + w) would round w first."""
-    w = xp.exp(log_w)
-    return r * exp_small(up), xp.exp_ratio(log_w, (p + w) * exp_small(-down))
+def ratio_up(step):
+    """r e^up at the root from the ``step`` (r, log w, up, down) of :func:`polished_root` or :func:`kl_polish`:
+    the ratio at the seed's point corrected by the Taylor step of its logarithm, with no exp of a log bound.  The
+    steps are a Newton correction from a seed within ~1e-7 (a token whose step is larger is not finished, and solved
+    again), so e^z is its Taylor polynomial to z^4 (error < |z|^5/120 < 1e-37)."""
+    return step[0] * exp_small(step[2])
+
+
+def ratio_down(p, step):
+    """s e^down at the root from the same ``step`` (:func:`ratio_up`), s = w/(p + w), w = e^log_w: formed as
+    exp_ratio(log w, (p + w) e^-down), so the division comes before the scaling by 2^n and a subnormal s is
+    rounded once, where w/(p + w) would round w first."""
+    return xp.exp_ratio(step[1], (p + xp.exp(step[1])) * exp_small(-step[3]))
 
 
 def exp_small(z):
@@ -96,32 +100,33 @@ def generic_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None
     :func:`generic_refined_bounds` from the next offsets on those, then :func:`generic_bounds` on the rest.
     ``lq``, ``p``, ``pc``: log(1 - p), p and 1 - p as the seed loop computed them (:func:`.common.regular_point`),
     else computed here."""
-    lps, lq = _regular(lp, lq)
-    p, pc = p_and_pc(lps, p, pc)
-    log_r, _, up_saturated, up_done, d_up, _ = polished_root(lps, lq, p, pc, delta, log_w_up)
-    _, log_s, lo_saturated, lo_done, d_lo, _ = polished_root(lq, lps, pc, p, delta, log_w_lo)
-    upper = xp.where(up_saturated, -lps, xp.minimum(log_r, -lps))
-    lower = xp.where(lo_saturated, -xp.inf, log_s)
-    status = xp.where(xp.logical_or(up_saturated, lo_saturated), SATURATED, CONVERGED)
+    lps, _, _, up, lo, status = _generic_roots(lp, delta, log_w_up, log_w_lo, lq, p, pc)
+    upper = xp.where(up[2], -lps, xp.minimum(up[0], -lps))
+    lower = xp.where(lo[2], -xp.inf, lo[1])
     lower, upper, status = finish(lp, lower, upper, status, lower_at_one)
-    return lower, upper, _mark_unseeded(lp, xp.logical_and(up_done, lo_done), status), d_up, d_lo
+    return lower, upper, _mark_unseeded(lp, xp.logical_and(up[3], lo[3]), status), up[4], lo[4]
 
 
 def generic_polished_ratios(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=None, pc=None):
-    """:func:`generic_polished_bounds` returning the ratios (r_lo, r_up, ...) themselves
-    (:func:`corrected_ratios`: no exp of a log bound); saturated: r_up = 1/p, r_lo = 0."""
+    """:func:`generic_polished_bounds` returning the ratios (r_lo, r_up, ...) themselves (:func:`ratio_up`,
+    :func:`ratio_down`: no exp of a log bound); saturated: r_up = 1/p, r_lo = 0."""
+    _, p, pc, up, lo, status = _generic_roots(lp, delta, log_w_up, log_w_lo, lq, p, pc)
+    one_over_p = 1.0 / p
+    upper = xp.where(up[2], one_over_p, xp.minimum(ratio_up(up[5]), one_over_p))
+    lower = xp.where(lo[2], 0.0, ratio_down(pc, lo[5]))
+    lower, upper, status = finish_ratio(lp, lower, upper, status, lower_at_one)
+    return lower, upper, _mark_unseeded(lp, xp.logical_and(up[3], lo[3]), status), up[4], lo[4]
+
+
+def _generic_roots(lp, delta, log_w_up, log_w_lo, lq, p, pc):
+    """(log p, p, 1 - p, upper root, lower root, status) of both polished passes: each root as
+    :func:`polished_root` returns it (the lower one that of the mirrored token), status SATURATED where either
+    saturates, else CONVERGED."""
     lps, lq = _regular(lp, lq)
     p, pc = p_and_pc(lps, p, pc)
-    _, _, up_saturated, up_done, d_up, up_step = polished_root(lps, lq, p, pc, delta, log_w_up)
-    _, _, lo_saturated, lo_done, d_lo, lo_step = polished_root(lq, lps, pc, p, delta, log_w_lo)
-    r = corrected_ratios(p, up_step[0], up_step[1], up_step[2], up_step[3])[0]
-    s = corrected_ratios(pc, lo_step[0], lo_step[1], lo_step[2], lo_step[3])[1]
-    one_over_p = 1.0 / p
-    upper = xp.where(up_saturated, one_over_p, xp.minimum(r, one_over_p))
-    lower = xp.where(lo_saturated, 0.0, s)
-    status = xp.where(xp.logical_or(up_saturated, lo_saturated), SATURATED, CONVERGED)
-    lower, upper, status = finish_ratio(lp, lower, upper, status, lower_at_one)
-    return lower, upper, _mark_unseeded(lp, xp.logical_and(up_done, lo_done), status), d_up, d_lo
+    up = polished_root(lps, lq, p, pc, delta, log_w_up)
+    lo = polished_root(lq, lps, pc, p, delta, log_w_lo)
+    return lps, p, pc, up, lo, xp.where(xp.logical_or(up[2], lo[2]), SATURATED, CONVERGED)
 
 
 def offset_log_w(d):
@@ -178,10 +183,7 @@ def kl_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=N
     step, branch-free so that a compiler vectorises it; status NOT_CONVERGED marks a token a root of which has no
     seed (p below e^-704 or above 1 - 1e-12): the caller solves those with :func:`kl_bounds`.  ``lq``, ``p``,
     ``pc`` as in :func:`generic_polished_bounds`."""
-    lps, lq = _regular(lp, lq)
-    p, pc = p_and_pc(lps, p, pc)
-    seeded = xp.logical_and(xp.logical_and(xp.isfinite(log_w_up), lps >= LOG_P_TINY),
-                            xp.logical_and(xp.isfinite(log_w_lo), lq >= LOG_P_TINY))  # fmt: skip
+    lps, lq, p, pc, seeded = _kl_start(lp, log_w_up, log_w_lo, lq, p, pc)
     log_r = kl_polish(p, pc, log_w_up, delta)[0]
     log_s = kl_polish(pc, p, log_w_lo, delta)[1]
     lower, upper, status = _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one)
@@ -189,15 +191,20 @@ def kl_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=N
 
 
 def kl_polished_ratios(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=None, pc=None):
-    """:func:`kl_polished_bounds` returning the ratios (r_lo, r_up, status) themselves (:func:`corrected_ratios`:
-    no exp of a log bound)."""
+    """:func:`kl_polished_bounds` returning the ratios (r_lo, r_up, status) themselves (:func:`ratio_up`,
+    :func:`ratio_down`: no exp of a log bound)."""
+    lps, lq, p, pc, seeded = _kl_start(lp, log_w_up, log_w_lo, lq, p, pc)
+    r = ratio_up(kl_polish(p, pc, log_w_up, delta)[2])
+    s = ratio_down(pc, kl_polish(pc, p, log_w_lo, delta)[2])
+    lower, upper, status = _kl_finish_ratio(lp, lps, lq, p, r, s, delta, lower_at_one)
+    return lower, upper, _mark_unseeded(lp, seeded, status)
+
+
+def _kl_start(lp, log_w_up, log_w_lo, lq, p, pc):
+    """(log p, log(1 - p), p, 1 - p, seeded) of KL's polished passes: seeded where both roots have a seed and
+    p, 1 - p >= e^-700."""
     lps, lq = _regular(lp, lq)
     p, pc = p_and_pc(lps, p, pc)
     seeded = xp.logical_and(xp.logical_and(xp.isfinite(log_w_up), lps >= LOG_P_TINY),
                             xp.logical_and(xp.isfinite(log_w_lo), lq >= LOG_P_TINY))  # fmt: skip
-    up_step = kl_polish(p, pc, log_w_up, delta)[2]
-    lo_step = kl_polish(pc, p, log_w_lo, delta)[2]
-    r = corrected_ratios(p, up_step[0], up_step[1], up_step[2], up_step[3])[0]
-    s = corrected_ratios(pc, lo_step[0], lo_step[1], lo_step[2], lo_step[3])[1]
-    lower, upper, status = _kl_finish_ratio(lp, lps, lq, p, r, s, delta, lower_at_one)
-    return lower, upper, _mark_unseeded(lp, seeded, status)
+    return lps, lq, p, pc, seeded
