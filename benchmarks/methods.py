@@ -10,7 +10,10 @@ r"""What ``bandcore bench`` times: one :class:`Method` per way of computing the 
   :mod:`benchmarks.first_call`);
 * ``numpy``, ``numba``, ``torch``: the exact solver through the public function with the backend forced,
   ``band(x, div, delta, backend=b)`` (its argument checks included): ratio bounds, the published solver's
-  output.  NumPy is single-threaded;
+  output.  NumPy is single-threaded.  Torch on the CPU hands the few tokens its seeded pass leaves to the Numba
+  kernel of log bounds once that is ready (:class:`bandcore.kernels.backends.TensorSolver`), else to NumPy; the
+  row's first call, which is not timed, readies it (:func:`ready_leftover_kernels`), as on a machine where it
+  has run before;
 * ``table``, ``table-torch``: the certified lookup table (:class:`bandcore.BandTable`, the shipped one when
   there is one) on a NumPy array and on a CPU tensor, ``table(x, backend="numba")``: ratio bounds too; both run
   its Numba kernel.
@@ -30,12 +33,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
 
 __all__ = ["BACKENDS", "BASELINE", "EXACT_CONTRACT", "PUBLISHED_METHODS", "TABLE_METHODS", "Method", "method_count",
-           "methods_for"]
+           "methods_for", "ready_leftover_kernels"]
 
 #: The numerical contract of the exact solver (docs/math.md §9): |Δ log r| <= 1e-12 · max(1, |log r|).
 EXACT_CONTRACT = 1e-12
@@ -107,6 +111,18 @@ def _default(divergence: str, delta: float) -> list[Method]:
     return [Method("auto", "exact", True, timed, values, False, EXACT_CONTRACT, True, picks=picks)]
 
 
+@cache
+def ready_leftover_kernels(divergence: str, delta: float) -> None:
+    """Compile, or load from the cache on disk, the Numba kernels to which torch on the CPU hands the tokens its
+    seeded pass leaves (log bounds of float64 tokens, serial and parallel drivers), so that the ``torch`` row
+    times torch's pass and those kernels, not a compile or NumPy's fallback for them."""
+    from bandcore.band import band_log
+    from bandcore.kernels.backends import SERIAL_MAX
+
+    for size in (8, SERIAL_MAX + 1):
+        band_log(np.full(size, -0.5), divergence, delta, backend="numba")
+
+
 def _exact(divergence: str, delta: float) -> list[Method]:
     import torch
 
@@ -117,9 +133,13 @@ def _exact(divergence: str, delta: float) -> list[Method]:
         torch_input = backend == "torch"
 
         def timed(x: Any, backend: str = backend) -> Any:
+            if backend == "torch":
+                ready_leftover_kernels(divergence, delta)  # once (cached); the first call is not timed
             return band(x, divergence, delta, backend=backend)
 
         def values(points: np.ndarray, backend: str = backend, torch_input: bool = torch_input):
+            if backend == "torch":
+                ready_leftover_kernels(divergence, delta)
             arg = torch.from_numpy(points) if torch_input else points
             lower, upper = band(arg, divergence, delta, backend=backend)
             return _to_numpy(lower), _to_numpy(upper)

@@ -121,7 +121,8 @@ def octave_entry(x, e_a, first, n_octaves):
 
 def cell_in(x, o, off, shift, n_cells):
     """The index of x's cell in octave entry ``o``: the top mantissa bits; clamped to the cells."""
-    return xp.minimum(xp.maximum(off[o] + ((xp.float_bits(x) & MANTISSA) >> shift[o]), 0), n_cells - 1)
+    return xp.minimum(xp.maximum(xp.take(off, o) + ((xp.float_bits(x) & MANTISSA) >> xp.take(shift, o)), 0),
+                      n_cells - 1)
 
 
 def cell_of(x, e_a, first, off, shift, n_cells):
@@ -131,8 +132,9 @@ def cell_of(x, e_a, first, off, shift, n_cells):
 
 def cubic(x, cells, c):
     """The Hermite cubic of cell ``c`` at x (inside the cell; its Horner form in s)."""
-    s = (x - cells[c, 0]) * cells[c, 1]
-    return cells[c, 2] + s * (cells[c, 3] + s * (cells[c, 4] + s * cells[c, 5]))
+    s = (x - xp.take_column(cells, c, 0)) * xp.take_column(cells, c, 1)
+    return xp.take_column(cells, c, 2) + s * (xp.take_column(cells, c, 3) + s * (xp.take_column(cells, c, 4)
+                                              + s * xp.take_column(cells, c, 5)))
 
 
 def ends(x, inner, a, b, f_a, f_b, slope_b):

@@ -178,6 +178,9 @@ def _lookup_source() -> str:
 
 
 _PREFIX = "bandcore_numba_lookup"
+#: (parallel driver, input dtype, output dtype, ratios) -> the kernel, once its first call went through the guard
+#: (:func:`.sources.call_generated`): later calls skip the guard's bookkeeping (~2 us a call)
+_CHECKED: dict[tuple, Any] = {}
 
 
 def lookup_module() -> ModuleType:
@@ -232,13 +235,18 @@ def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dt
     if backend == "numba":
         out_lo = np.empty(log_p.shape, dtype=out_dtype)
         out_up = np.empty(log_p.shape, dtype=out_dtype)
+        key = (log_p.size > SERIAL_MAX, log_p.dtype, out_lo.dtype, ratios)
+        kernel = _CHECKED.get(key)
+        if kernel is not None:
+            return out_lo, out_up, int(kernel(log_p, lower.arrays(), upper.arrays(), tol, ratios, out_lo, out_up))
         name = _driver(log_p.size)
 
         def call(module: ModuleType) -> int:
             return getattr(module, name)(log_p, lower.arrays(), upper.arrays(), tol, ratios, out_lo, out_up)
 
         signature = _signature(log_p.size, log_p.dtype, out_dtype, ratios)
-        _, above = call_generated(lookup_module(), _lookup_source(), _PREFIX, signature, call)
+        module, above = call_generated(lookup_module(), _lookup_source(), _PREFIX, signature, call)
+        _CHECKED[key] = getattr(module, name)
         return out_lo, out_up, int(above)
     lp = log_p.astype(np.float64, copy=False)
     with np.errstate(all="ignore"):  # (also the cast: a bound beyond float32's range is its ±inf)

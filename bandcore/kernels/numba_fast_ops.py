@@ -1,6 +1,6 @@
-"""The :mod:`.numba_ops` names with exp, expm1, exp_ratio, log and log1p written out (range reduction + polynomial fits of e^r and
-atanh, <= 2 ulp, every branch a select) so that LLVM vectorises a loop over them; libm calls would not
-vectorise and cost 4-5x more.  Every generated solver module of the Numba backend uses them."""
+"""The :mod:`.numba_ops` names with exp, expm1, exp_ratio, log and log1p written out (range reduction + polynomial
+fits of e^r and atanh, <= 2 ulp, every branch a select) so that LLVM vectorises a loop over them; libm calls would
+not vectorise and cost 4-5x more.  Every generated solver module of the Numba backend uses them."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from .numba_ops import (  # noqa: F401 - re-exported ops names
     minimum,
     nan,
     sqrt,
+    take,
+    take_column,
     where,
 )
 from .numba_ops import bits_float as _as_float

@@ -75,6 +75,16 @@ def all_true(a):
 
 
 @njit(**_JIT)
+def take(a, i):
+    return a[i]
+
+
+@njit(**_JIT)
+def take_column(a, i, k):
+    return a[i, k]
+
+
+@njit(**_JIT)
 def floor_int(x):
     return math.floor(x)  # an int64 in Numba
 

@@ -12,7 +12,9 @@ names, and bound (:mod:`.sources`) to one of:
   :mod:`.lookup` to it.
 
 Names: ``exp log log1p log1p_phi expm1 exp_ratio sqrt abs where minimum maximum logaddexp isfinite isnan logical_and
-logical_or logical_not all_true floor_int float_bits inf nan`` (``float_bits``: a float64's bits as an int64) and, for
+logical_or logical_not all_true floor_int float_bits take take_column inf nan`` (``float_bits``: a float64's bits as an
+int64; ``take(a, i)`` is ``a[i]`` and ``take_column(a, i, k)`` is ``a[i, k]``, gathers by an index array, which torch
+runs as ``index_select``, about 3x faster on the CPU than its advanced indexing) and, for
 generated generator functions, the hyperbolic functions ``sinh cosh tanh asinh acosh atanh``.
 ``exp_ratio(x, c)`` is exp(x)/c, also where exp(x) overflows and the quotient does not (c a positive float);
 ``log1p_phi(x, u)`` is (log1p(x), x - log1p(x)) for u = fl(1 + x), without cancellation (the solvers; not in the JAX
@@ -85,6 +87,8 @@ numpy_ops = SimpleNamespace(
     all_true=_numpy_all,
     floor_int=lambda x: np.floor(x).astype(np.int64),
     float_bits=lambda x: np.asarray(x, dtype=np.float64).view(np.int64),
+    take=lambda a, i: a[i],
+    take_column=lambda a, i, k: a[i, k],
     sinh=np.sinh,
     cosh=np.cosh,
     tanh=np.tanh,
@@ -130,6 +134,14 @@ def torch_ops() -> SimpleNamespace:
             return False
         return bool(mask.all())
 
+    def take(a, i):
+        if not isinstance(i, torch.Tensor):
+            return a[i]
+        return a.index_select(0, i) if i.dim() == 1 else a.index_select(0, i.reshape(-1)).reshape(i.shape)
+
+    def take_column(a, i, k: int):
+        return take(a.select(1, k), i)
+
     def binary(fn, scalar_fn):
         def op(a, b):
             if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
@@ -160,6 +172,8 @@ def torch_ops() -> SimpleNamespace:
         all_true=all_true,
         floor_int=lambda x: torch.floor(x).long(),
         float_bits=lambda x: x.view(torch.int64),
+        take=take,
+        take_column=take_column,
         sinh=lift(torch.sinh, math.sinh),
         cosh=lift(torch.cosh, math.cosh),
         tanh=lift(torch.tanh, math.tanh),
@@ -206,6 +220,8 @@ def jax_ops() -> SimpleNamespace:
         all_true=lambda mask: False,
         floor_int=lambda x: jnp.floor(x).astype(jnp.int64),
         float_bits=lambda x: jax.lax.bitcast_convert_type(jnp.asarray(x, dtype=jnp.float64), jnp.int64),
+        take=lambda a, i: a[i],
+        take_column=lambda a, i, k: a[i, k],
         sinh=jnp.sinh,
         cosh=jnp.cosh,
         tanh=jnp.tanh,
