@@ -381,3 +381,18 @@ def test_closed_form_ratios_against_the_oracle(backend, name, delta):
                 continue
             scale = max(1.0, abs(float(exact_log)))
             assert abs(mp.mpf(value) - exact) <= 1e-12 * scale * exact, (name, delta, lp, index, value, exact)
+
+
+def test_torch_backend_returns_normal_tensors():
+    """torch's solver runs in inference mode; what it returns must still work as a clamp's bounds under autograd
+    and take in-place updates, for either input dtype."""
+    x = torch.log(torch.tensor([0.08, 0.5, 0.99], dtype=torch.float64))
+    for dtype in (torch.float32, torch.float64):
+        lower, upper, status = bc.band(x.to(dtype), "js", 0.05, backend="torch", return_status=True)
+        assert not any(t.is_inference() for t in (lower, upper, status))
+        ratio = torch.ones(3, dtype=dtype, requires_grad=True)
+        torch.clamp(ratio * 1.5, lower, upper).sum().backward()  # the bounds are saved for backward
+        assert ratio.grad.tolist() == [1.5, 1.5, 0.0]  # 1.5 lies inside the Band of p = 0.08 and 0.5 only
+        lower.mul_(1.0)
+        reference = bc.band(x.numpy(), "js", 0.05, backend="numpy")[0]
+        np.testing.assert_allclose(lower.double().numpy(), reference, rtol=1e-6 if dtype == torch.float32 else 1e-12)
