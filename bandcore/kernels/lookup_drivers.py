@@ -178,7 +178,7 @@ def _lookup_source() -> str:
 
 
 _PREFIX = "bandcore_numba_lookup"
-#: (parallel driver, input dtype, output dtype, ratios) -> the kernel, once its first call went through the guard
+#: (driver name, input dtype, output dtype, ratios) -> the kernel, once its first call went through the guard
 #: (:func:`.sources.call_generated`): later calls skip the guard's bookkeeping (~2 us a call)
 _CHECKED: dict[tuple, Any] = {}
 
@@ -235,11 +235,11 @@ def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dt
     if backend == "numba":
         out_lo = np.empty(log_p.shape, dtype=out_dtype)
         out_up = np.empty(log_p.shape, dtype=out_dtype)
-        key = (log_p.size > SERIAL_MAX, log_p.dtype, out_lo.dtype, ratios)
+        name = _driver(log_p.size)
+        key = (name, log_p.dtype, out_lo.dtype, ratios)
         kernel = _CHECKED.get(key)
         if kernel is not None:
             return out_lo, out_up, int(kernel(log_p, lower.arrays(), upper.arrays(), tol, ratios, out_lo, out_up))
-        name = _driver(log_p.size)
 
         def call(module: ModuleType) -> int:
             return getattr(module, name)(log_p, lower.arrays(), upper.arrays(), tol, ratios, out_lo, out_up)
