@@ -4,6 +4,7 @@
     python -m benchmarks.ab speed /tmp/before . --reps 5          # band_log(x, name, 0.05, backend="numba")
     python -m benchmarks.ab speed /tmp/before . --output ratio --threads 1 --inputs llm mid flat --n 500000 --cpu-time
     python -m benchmarks.ab lookup /tmp/before . --threads 1 2    # BandTable.shipped(name, 0.05).log(x, "numba")
+    python -m benchmarks.ab lookup /tmp/before . --output ratio --sizes 10000 --threads 1 --cpu-time  # table(x)
 
 Each tree runs in its own worker process (``python -m benchmarks.ab KIND TREE - --worker``, its own
 ``BANDCORE_CACHE``, so generated modules never mix; the tree is put first on the worker's path).  The driver asks
@@ -90,8 +91,9 @@ def _speed_worker(n: int, clock=time.perf_counter) -> None:
             print(f"{name}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
 
 
-def _lookup_worker() -> None:
-    """Answer 'name<TAB>input<TAB>n<TAB>threads' lines with the median ns/token of table lookups (both bounds)."""
+def _lookup_worker(clock=time.perf_counter) -> None:
+    """Answer 'name<TAB>input<TAB>n<TAB>threads<TAB>output' lines with the median ns/token of table lookups (both
+    bounds): ``table.log`` (output "log") or ``table(x)``, the ratio bounds (output "ratio")."""
     import numba
     import numpy as np
 
@@ -109,20 +111,21 @@ def _lookup_worker() -> None:
     inputs, tables = {}, {}
     print("ready", bc.__file__, flush=True)
     for line in sys.stdin:
-        name, which, n, threads = line.rstrip("\n").split("\t")
+        name, which, n, threads, output = line.rstrip("\n").split("\t")
         n = int(n)
         numba.set_num_threads(int(threads))
         x = inputs.setdefault((which, n), log_probs(which, n, 0))
         if name == COPY:
             call = functools.partial(copy, x, np.empty_like(x), np.empty_like(x))
         else:
-            call = functools.partial(tables.setdefault(name, BandTable.shipped(name, 0.05)).log, x, backend="numba")
+            table = tables.setdefault(name, BandTable.shipped(name, 0.05))
+            call = functools.partial(table if output == "ratio" else table.log, x, backend="numba")
         call()
         times = []
         for _ in range(max(3, min(50, 2_000_000 // n))):
-            start = time.perf_counter()
+            start = clock()
             call()
-            times.append(time.perf_counter() - start)
+            times.append(clock() - start)
         print(statistics.median(times) * 1e9 / n, flush=True)
 
 
@@ -135,9 +138,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--names", nargs="*", help="divergences (speed) or tables (lookup); default: a fixed list")
     parser.add_argument("--n", type=int, default=1_000_000, help="speed: tokens per call (default 1M)")
     parser.add_argument("--threads", nargs="*", type=int, default=[1, 2], help="thread counts")
-    parser.add_argument("--output", choices=("log", "ratio"), default="log", help="speed: band_log or band")
+    parser.add_argument("--output", choices=("log", "ratio"), default="log",
+                        help="band_log or band (speed), table.log or table(x) (lookup)")
     parser.add_argument("--cpu-time", action="store_true",
-                        help="speed: the process's CPU time, not wall time (on 1 thread: robust to other load)")
+                        help="the process's CPU time, not wall time (on 1 thread: robust to other load)")
     parser.add_argument("--inputs", nargs="*", choices=("llm", "mid", "flat"), default=list(INPUTS),
                         help="the benchmark's distributions timed")
     parser.add_argument("--sizes", nargs="*", type=int, default=[500_000], help="lookup: token counts")
@@ -147,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         sys.path.insert(0, os.path.abspath(args.before))  # this worker's tree first: its bandcore is timed
         clock = time.process_time if args.cpu_time else time.perf_counter
-        return _speed_worker(args.n, clock) if args.kind == "speed" else _lookup_worker()
+        return _speed_worker(args.n, clock) if args.kind == "speed" else _lookup_worker(clock)
     workers = start_workers(args.kind, {"before": args.before, "after": args.after}, args.n,
                             ("--cpu-time",) if args.cpu_time else ())
     if args.kind == "speed":
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         header = f"{'divergence':48s} {'input':5s} {'thr':>3s}"
     else:
         names = (args.names or TABLES) + ([COPY] if args.copy else [])
-        rows = [(name, which, n, t) for name in names for which in args.inputs for n in args.sizes
+        rows = [(name, which, n, t, args.output) for name in names for which in args.inputs for n in args.sizes
                 for t in args.threads]  # fmt: skip
         header = f"{'table':12s} {'input':5s} {'n':>8s} {'thr':>3s}"
     times = interleaved(workers, rows, args.reps)

@@ -68,9 +68,11 @@ def table_finish(Ls, fm, im, inner, o, out):
         pending += flag
     return pending
 '''
-#: The pending tokens of a block (flagged in ``o``): their indices, L and cell values packed to the front
-#: (branch-free), :func:`.lookup.bound_pending` on them (vectorised; a split upper bound's near part only),
-#: then :data:`_TABLE_STORE`.
+#: The pending tokens of a block (flagged in ``o``): their indices packed to the front (branch-free, one store a
+#: token), their L and cell values gathered after them (the few pending ones only: a third of the stores of
+#: packing all three, 1.05-1.07x on js and reverse KL at 10k tokens, ``docs/kernel_measurements.md``),
+#: :func:`.lookup.bound_pending` on them (vectorised; a split upper bound's near part only), then
+#: :data:`_TABLE_STORE`.
 _TABLE_PENDING = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
@@ -79,9 +81,11 @@ def table_pending(Ls, fm, im, x, o, inner, out):
     for j in range(Ls.size):
         flag = o[j]
         o[k] = j
-        x[k] = Ls[j]
-        inner[k] = inner[j]
         k += flag
+    for i in range(k):  # o[i] >= i, so inner[o[i]] is not yet overwritten
+        j = np.uint64(o[i])
+        x[i] = Ls[j]
+        inner[i] = inner[j]
     if im[KIND] == SPLIT_UPPER:
         for i in range(k):
             x[i] = bound_pending(x[i], inner[i], fm, im)
