@@ -62,8 +62,11 @@ bound's near part — and that part's grid) and :func:`octave_entry`, arithmetic
 the bound's transform, branch-free with one transcendental at most (vectorised), which leaves *pending* the near
 part of a split upper bound above its threshold (``log1p(-exp(.))`` of a logarithm: three transcendentals,
 :func:`bound_pending`, run by the driver on those tokens only, packed) and the tails (:func:`in_tail`,
-:func:`tail_log`: a Newton solve, run on the tokens in a tail only).  NumPy and torch run the same steps on whole
-arrays (:func:`bound_from_cell` merges the pending values by a select), with the same arithmetic as one pass.
+:func:`tail_log`: a Newton solve, run on the tokens in a tail only).  Where ratios are wanted, the driver reads a
+split lower bound with :func:`split_lower_ratio`: its far part stores r, which is then the output itself (no
+logarithm and no exp), and its near part is left pending.  NumPy and torch run the same steps on whole arrays
+(:func:`bound_from_cell` merges the pending values by a select), with the same arithmetic as one pass, and take
+ratios as the exp of the log bounds.
 """
 
 from __future__ import annotations
@@ -107,7 +110,7 @@ from .slots import (  # also in every generated module: compile-time constants t
 )
 
 __all__ = ["bound_cheap", "bound_from_cell", "bound_log", "bound_pending", "cell_in", "cell_value", "cubic", "in_tail",
-           "interpolate", "minus_log_p", "octave_entry", "part_grid", "table_bounds", "tail_log"]
+           "interpolate", "minus_log_p", "octave_entry", "part_grid", "split_lower_ratio", "table_bounds", "tail_log"]
 
 MANTISSA = 0xFFFFFFFFFFFFF  # the 52 mantissa bits of a float64
 
@@ -229,6 +232,15 @@ def split_lower(L, inner, fm, im):
     log_x = xp.log(xp.where(near, xp.maximum(x, fm[NEAR_LEFT]), xp.minimum(f, 1.0)))
     y = xp.where(near, xp.minimum(f + fm[GAMMA] * log_x, 0.0), xp.where(f > 0.0, log_x, -xp.inf))
     return xp.where(L >= fm[STAR_HI], -xp.inf, y)
+
+
+def split_lower_ratio(L, inner, fm, im):
+    """(r, pending) of a split lower bound (kind 4) at L where ratios are wanted: the far part's stored r itself
+    (no transcendental; 0 where it reaches 0, at most 1), 0 from the threshold on; the near part is left pending,
+    ``exp`` of :func:`split_lower` (two transcendentals, for the tokens there only)."""
+    near, _, f = part_ends(L, inner, fm, im)
+    r = xp.where(xp.logical_or(near, L >= fm[STAR_HI]), 0.0, xp.minimum(xp.maximum(f, 0.0), 1.0))
+    return r, xp.logical_and(near, L < fm[STAR_HI])
 
 
 def in_tail(L, fm, im):

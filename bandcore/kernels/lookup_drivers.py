@@ -14,7 +14,7 @@ from . import lookup
 from .drivers import SERIAL_MAX, by_value_source, serial_and_parallel
 from .grid import KernelBound
 from .ops import numpy_ops, torch_ops
-from .slots import KINDS
+from .slots import KINDS, SPLIT_LOWER
 from .sources import call_generated, generated_name, generated_source, is_ready, load_generated, vectorised_module
 
 __all__ = ["CHUNKS", "TABLE_BLOCK", "lookup_module", "lookup_ready", "run_lookup", "run_lookup_torch"]
@@ -34,7 +34,7 @@ __all__ = ["CHUNKS", "TABLE_BLOCK", "lookup_module", "lookup_ready", "run_lookup
 _TABLE_BOUND = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def table_bound(Ls, bound, x, o, inner, out):
+def table_bound(Ls, bound, x, o, inner, out, ratios):
     fm, im, off, shift, cells = bound
     if im[KIND] >= SPLIT_LOWER:
         table_octaves(Ls, fm, im, off.shape[0], x, o)
@@ -44,9 +44,11 @@ def table_bound(Ls, bound, x, o, inner, out):
         c = cell_in(x[j], np.uint64(o[j]), off, shift, cells.shape[0])
         inner[j] = cubic(x[j], cells, np.uint64(c))
     pending = 0
+    direct = False
 KINDS
     if pending:
-        table_pending(Ls, fm, im, x, o, inner, out)
+        table_pending(Ls, fm, im, x, o, inner, out, direct)
+    return direct
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
@@ -67,6 +69,18 @@ def table_finish(Ls, fm, im, inner, o, out):
         o[j] = flag
         pending += flag
     return pending
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
+def table_finish_ratio(Ls, fm, im, inner, o, out):
+    pending = 0
+    for j in range(Ls.size):
+        r, later = split_lower_ratio(Ls[j], inner[j], fm, im)
+        out[j] = r
+        flag = later | in_tail(Ls[j], fm, im)
+        o[j] = flag
+        pending += flag
+    return pending
 '''
 #: The pending tokens of a block (flagged in ``o``): their indices packed to the front (branch-free, one store a
 #: token), their L and cell values gathered after them (the few pending ones only: a third of the stores of
@@ -76,7 +90,7 @@ def table_finish(Ls, fm, im, inner, o, out):
 _TABLE_PENDING = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
-def table_pending(Ls, fm, im, x, o, inner, out):
+def table_pending(Ls, fm, im, x, o, inner, out, direct):
     k = 0
     for j in range(Ls.size):
         flag = o[j]
@@ -89,7 +103,10 @@ def table_pending(Ls, fm, im, x, o, inner, out):
     if im[KIND] == SPLIT_UPPER:
         for i in range(k):
             x[i] = bound_pending(x[i], inner[i], fm, im)
-    table_store(Ls, fm, im, x, o, k, out)
+    elif direct:
+        for i in range(k):
+            x[i] = xp.exp(split_lower(x[i], inner[i], fm, im))
+    table_store(Ls, fm, im, x, o, k, out, direct)
 '''
 #: Stores the ``k`` pending values ``y`` (a split upper bound's; any other kind's are stored already) at their
 #: indices ``o``, replaced by the tail where a token lies in one (a Newton solve, five logarithms: only for the
@@ -97,13 +114,14 @@ def table_pending(Ls, fm, im, x, o, inner, out):
 _TABLE_STORE = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def table_store(Ls, fm, im, y, o, k, out):
+def table_store(Ls, fm, im, y, o, k, out, direct):
     for i in range(k):
         j = np.uint64(o[i])
         L = Ls[j]
-        value = y[i] if im[KIND] == SPLIT_UPPER else out[j]
+        value = y[i] if im[KIND] == SPLIT_UPPER or direct else out[j]
         if in_tail(L, fm, im):
-            value = tail_log(L, value, fm, im)
+            value = tail_log(L, xp.log(value) if direct else value, fm, im)
+            value = xp.exp(value) if direct else value
         out[j] = value
 '''
 #: The blocks [first, last) of tokens, through views of each block (as :data:`_BLOCK`), with buffers allocated once
@@ -122,18 +140,18 @@ def table_blocks(log_p, first, last, lower, upper, tol, ratios, out_lo, out_up):
         lps = log_p[start:min(start + BLOCK, last)]
         for j in range(lps.size):
             Ls[j] = minus_log_p(np.float64(lps[j]))
-        table_bound(Ls[:lps.size], by_value(lower), x, o, inner, y)
-        table_store_block(lps, tol, ratios, y, out_lo[start:start + lps.size])
-        table_bound(Ls[:lps.size], by_value(upper), x, o, inner, y)
-        table_store_block(lps, tol, ratios, y, out_up[start:start + lps.size])
+        direct = table_bound(Ls[:lps.size], by_value(lower), x, o, inner, y, ratios)
+        table_store_block(lps, tol, ratios and not direct, y, out_lo[start:start + lps.size])
+        direct = table_bound(Ls[:lps.size], by_value(upper), x, o, inner, y, ratios)
+        table_store_block(lps, tol, ratios and not direct, y, out_up[start:start + lps.size])
         for j in range(lps.size):
             above += lps[j] > tol
     return above
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
-def table_store_block(lps, tol, ratios, y, out):
-    if ratios:  # two loops, so that neither computes what it does not store
+def table_store_block(lps, tol, exps, y, out):
+    if exps:  # two loops, so that neither computes what it does not store
         for j in range(lps.size):
             out[j] = xp.exp(y[j]) if lps[j] <= tol else np.nan
     else:
@@ -167,9 +185,13 @@ TABLE_BLOCK = 1024
 
 
 def _table_drivers() -> str:
-    """:data:`_TABLE_BOUND` with a branch per kind, the block and the drivers."""
-    branch = "    {} im[KIND] == {}:\n        pending = table_finish(Ls, fm, im, inner, o, out)"
-    kinds = "\n".join(branch.format("if" if kind == 0 else "elif", kind) for kind in range(KINDS))
+    """:data:`_TABLE_BOUND` with a branch per kind (a split lower bound's with ratios wanted: its stored r read
+    as the output, :func:`.lookup.split_lower_ratio`), the block and the drivers."""
+    finish = "pending = table_finish(Ls, fm, im, inner, o, out)"
+    direct = ("if ratios:\n            pending = table_finish_ratio(Ls, fm, im, inner, o, out)\n"
+              "            direct = True\n        else:\n            " + finish)
+    kinds = "\n".join(f"    {'if' if kind == 0 else 'elif'} im[KIND] == {kind}:\n        "
+                      f"{direct if kind == SPLIT_LOWER else finish}" for kind in range(KINDS))
     bound = _TABLE_BOUND.replace("KINDS\n", kinds + "\n")
     return _TABLE_STORE + _TABLE_PENDING + bound + _TABLE_BLOCKS + serial_and_parallel(_TABLE_DRIVER)
 
@@ -229,7 +251,8 @@ def _vectorised(backend: str) -> ModuleType:
 def run_lookup(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dtype: Any, tol: float,
                backend: str = "numba", ratios: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
     """(log r_lo, log r_up, count of log p > tol) of a table for a flat float32/float64 array; with ``ratios``
-    (r_lo, r_up), exp of the log bounds rounded once to ``out_dtype`` (in the Numba kernel's last loop).
+    (r_lo, r_up) computed in float64 and rounded once to ``out_dtype``: exp of the log bounds (in the Numba
+    kernel's last loop), where a split lower bound's far part stores r, that r itself (Numba kernel).
 
     ``backend="numba"``: one parallel pass reading the input in its own dtype (besides the outputs, one small
     buffer per run of blocks; :mod:`.drivers`; its first call per signature guarded against damaged Numba files,

@@ -16,7 +16,7 @@ __all__ = ["MAX_LEVEL", "KernelBound", "cell_offsets", "eval_log", "eval_log_num
 def eval_log(log_p: np.ndarray, lower: KernelBound, upper: KernelBound, out_dtype, tol: float,
              backend: str = "numba", ratios: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
     """(log r_lo, log r_up, count of log p > tol) for a flat float32/float64 array, computed in float64 on
-    ``backend`` ("numba" or "numpy"); with ``ratios``, (r_lo, r_up) (exp of the log bounds, rounded once)."""
+    ``backend`` ("numba" or "numpy"); with ``ratios``, (r_lo, r_up) (computed in float64, rounded once)."""
     return run_lookup(log_p, lower, upper, out_dtype, tol, backend, ratios)
 
 

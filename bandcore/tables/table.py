@@ -150,7 +150,8 @@ class BandTable:
 
     def __call__(self, old_log_prob, *, backend: str = "auto"):
         """(lower, upper) ratio bounds: ``exp`` of :meth:`log` rounded once (lower 0 where saturated, upper 1/p);
-        the Numba kernel takes the exp in its last loop."""
+        the Numba kernel takes the exp in its last loop, and reads the far part of a lower bound split at its
+        threshold, which stores r, as the ratio itself (within 2 ulp of the exp of :meth:`log`)."""
         return self._bounds(old_log_prob, backend, True)
 
     def to_jax(self, *, log: bool = False) -> Callable:

@@ -44,12 +44,14 @@ def test_numba_kernel_matches_numpy(name, n, dtype):
     assert _rel(got_lo, ref_lo) <= 2e-13 and _rel(got_up, ref_up) <= 2e-13
 
 
-@pytest.mark.parametrize("name", ["kl", "js", "reverse_kl"])
+@pytest.mark.parametrize("name", ["kl", "js", "reverse_kl", "hellinger"])
 @pytest.mark.parametrize("n", [1000, 20_000])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_ratio_output_is_exp_of_the_log_bounds(name, n, dtype):
-    """``ratios=True`` (BandTable.__call__): the kernel's exp of its own log bounds, within the fast exp's 2 ulp
-    of NumPy's exp of them (0 where a lower bound saturates, NaN and inf where the log bounds are)."""
+    """``ratios=True`` (BandTable.__call__): within 2 ulp of NumPy's exp of the kernel's own log bounds (0 where a
+    lower bound saturates, NaN and inf where the log bounds are): the kernel's fast exp of them, or, in the far
+    part of a split lower bound (js, reverse KL, Hellinger), the r it stores; near its threshold and in reverse
+    KL's left tail (log p = 0), exp of the log bound."""
     table = BandTable.shipped(name, 0.05)
     log_p = _log_p(n, n + 1).astype(dtype)
     lower, upper = table.lower.kernel, table.upper.kernel
