@@ -37,10 +37,27 @@ from .vectorised import build_module, can_select, compiling, solve_arrays, solve
 __all__ = ["CACHE", "SERIAL_MAX", "ArraySolver", "PlanCache", "TensorSolver", "bind", "lower_at_one", "numba_ready",
            "seed", "solver_module"]
 
-#: Tokens per torch chunk: the solver keeps a few dozen chunk-sized float64 temporaries alive, so chunking bounds
-#: its memory by a constant; on an accelerator the chunk stays large enough to amortise launches.
-TORCH_CHUNK = {"cpu": 1 << 16}
+#: Tokens per torch chunk, by device type, where set (else :func:`torch_chunk`'s rule): the solver keeps a few
+#: dozen chunk-sized float64 temporaries alive, so chunking bounds its memory by a constant.
+TORCH_CHUNK: dict[str, int] = {}
+#: On the CPU, tokens per chunk and thread: torch's grain of parallel element-wise work, so that each operation
+#: hands every thread one grain (500k tokens on one thread, 2^15 against 2^16 tokens a chunk: 1.13-1.29x; on two,
+#: 2^16 the fastest of 2^15-2^17: ``docs/kernel_measurements.md``).
+TORCH_CPU_CHUNK_PER_THREAD = 1 << 15
+#: On an accelerator: large enough to amortise the launches.
 TORCH_CHUNK_ACCELERATOR = 1 << 22
+
+
+def torch_chunk(device_type: str) -> int:
+    """Tokens per chunk of the torch solver on a device of this type (:data:`TORCH_CHUNK` where set; on the CPU
+    :data:`TORCH_CPU_CHUNK_PER_THREAD` per torch thread; else :data:`TORCH_CHUNK_ACCELERATOR`)."""
+    import torch
+
+    if device_type in TORCH_CHUNK:
+        return TORCH_CHUNK[device_type]
+    if device_type == "cpu":
+        return TORCH_CPU_CHUNK_PER_THREAD * max(1, torch.get_num_threads())
+    return TORCH_CHUNK_ACCELERATOR
 
 
 class PlanCache:
@@ -199,7 +216,7 @@ class TensorSolver:
         import torch
 
         flat = torch.where((flat > 0) & (flat <= LOG_P_TOLERANCE), 0.0, flat)
-        chunk = TORCH_CHUNK.get(flat.device.type, TORCH_CHUNK_ACCELERATOR)
+        chunk = torch_chunk(flat.device.type)
         later = can_select(flat) and not self.direct
         lower = torch.empty(flat.shape, dtype=torch.float64, device=flat.device)
         upper = torch.empty_like(lower)

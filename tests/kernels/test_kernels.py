@@ -308,6 +308,18 @@ def test_torch_chunks_give_the_unchunked_result(monkeypatch):
         assert torch.equal(a, b)
 
 
+def test_torch_cpu_chunk_is_a_grain_per_thread():
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            assert backends.torch_chunk("cpu") == n * backends.TORCH_CPU_CHUNK_PER_THREAD == n * 32_768
+        assert backends.torch_chunk("cuda") == backends.TORCH_CHUNK_ACCELERATOR
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_fast_ops_polynomials_are_the_chebyshev_fits_they_name():
     """EXPM1_Q and ATANH_P are mpmath.chebyfit's fits of (e^r - 1 - r - r^2/2)/r^3 on |r| <= ln2/2 and of
     (atanh(s)/s - 1)/s^2 on s^2 <= ((sqrt 2 - 1)/(sqrt 2 + 1))^2, rounded to float64, and their truncation errors
