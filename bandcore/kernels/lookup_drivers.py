@@ -31,6 +31,7 @@ __all__ = ["CHUNKS", "TABLE_BLOCK", "lookup_module", "lookup_ready", "run_lookup
 #: :data:`_TABLE_PENDING` finishes.  Split in three, the scalar loop's dependency chain is short, so consecutive
 #: tokens' gathers overlap.  The loops that depend on the kind are inlined once per kind under a branch on it
 #: (KINDS), so that LLVM folds every test of the kind inside them and vectorises each; Numba compiles them once.
+#: With ``ratios`` a split lower bound's pass gives its ratios (``direct``, returned), any other bound log r.
 _TABLE_BOUND = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
@@ -85,7 +86,8 @@ def table_finish_ratio(Ls, fm, im, inner, o, out):
 #: The pending tokens of a block (flagged in ``o``): their indices packed to the front (branch-free, one store a
 #: token), their L and cell values gathered after them (the few pending ones only: a third of the stores of
 #: packing all three, 1.05-1.07x on js and reverse KL at 10k tokens, ``docs/kernel_measurements.md``),
-#: :func:`.lookup.bound_pending` on them (vectorised; a split upper bound's near part only), then
+#: :func:`.lookup.bound_pending` on them (vectorised; a split upper bound's near part), or with ``direct`` (a
+#: split lower bound read as ratios, :func:`.lookup.split_lower_ratio`) the exp of its near part's log r, then
 #: :data:`_TABLE_STORE`.
 _TABLE_PENDING = '''
 
@@ -108,9 +110,10 @@ def table_pending(Ls, fm, im, x, o, inner, out, direct):
             x[i] = xp.exp(split_lower(x[i], inner[i], fm, im))
     table_store(Ls, fm, im, x, o, k, out, direct)
 '''
-#: Stores the ``k`` pending values ``y`` (a split upper bound's; any other kind's are stored already) at their
-#: indices ``o``, replaced by the tail where a token lies in one (a Newton solve, five logarithms: only for the
-#: tokens there).  One function for every kind (not inlined: compiled once).
+#: Stores the ``k`` pending values ``y`` (a split upper bound's, or with ``direct`` a split lower bound's ratios;
+#: any other kind's are stored already) at their indices ``o``, replaced by the tail where a token lies in one (a
+#: Newton solve, five logarithms: only for the tokens there; its exp with ``direct``).  One function for every
+#: kind (not inlined: compiled once).
 _TABLE_STORE = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
@@ -126,8 +129,8 @@ def table_store(Ls, fm, im, y, o, k, out, direct):
 '''
 #: The blocks [first, last) of tokens, through views of each block (as :data:`_BLOCK`), with buffers allocated once
 #: for them all (an allocation per block was measurable): the lower bound, the upper bound (sharing the
-#: buffers), each stored (as its exp with ``ratios``: ratio bounds) with log p above ``tol`` as NaN, then the
-#: count of those.
+#: buffers), each stored (with ``ratios``, as its exp, unless the bound's pass gave the ratios themselves) with
+#: log p above ``tol`` as NaN, then the count of those.
 _TABLE_BLOCKS = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
