@@ -112,12 +112,17 @@ def table_pending(Ls, fm, im, x, o, inner, out, direct):
 '''
 #: Stores the ``k`` pending values ``y`` (a split upper bound's, or with ``direct`` a split lower bound's ratios;
 #: any other kind's are stored already) at their indices ``o``, replaced by the tail where a token lies in one (a
-#: Newton solve, five logarithms: only for the tokens there; its exp with ``direct``).  One function for every
-#: kind (not inlined: compiled once).
+#: Newton solve, five logarithms: only for the tokens there; its exp with ``direct``; a bound without tails: a
+#: plain scatter, 1.01-1.05x on `mid` tokens).  One function for every kind (not inlined: compiled once).
 _TABLE_STORE = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def table_store(Ls, fm, im, y, o, k, out, direct):
+    if im[LEFT_TAIL] != 1 and im[RIGHT_TAIL] == NO_TAIL:  # no tails: a plain scatter
+        if im[KIND] == SPLIT_UPPER or direct:
+            for i in range(k):
+                out[np.uint64(o[i])] = y[i]
+        return
     for i in range(k):
         j = np.uint64(o[i])
         L = Ls[j]
