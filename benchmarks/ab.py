@@ -1,8 +1,10 @@
-"""Interleaved A/B timing of two bandcore source trees, in ns per token: the exact Numba kernel or the table lookup.
+"""Interleaved A/B timing of two bandcore source trees, in ns per token: the exact solver (Numba, or another forced
+backend) or the table lookup.
 
     git archive <commit> bandcore | tar -x -C /tmp/before
     python -m benchmarks.ab speed /tmp/before . --reps 5          # band_log(x, name, 0.05, backend="numba")
     python -m benchmarks.ab speed /tmp/before . --output ratio --threads 1 --inputs llm mid flat --n 500000 --cpu-time
+    python -m benchmarks.ab speed /tmp/before . --backend torch --output ratio --threads 1 --n 10000 --cpu-time
     python -m benchmarks.ab lookup /tmp/before . --threads 1 2    # BandTable.shipped(name, 0.05).log(x, "numba")
     python -m benchmarks.ab lookup /tmp/before . --output ratio --sizes 10000 --threads 1 --cpu-time  # table(x)
 
@@ -63,27 +65,38 @@ def interleaved(workers: dict[str, subprocess.Popen], rows: list[tuple], reps: i
     return times
 
 
-def _speed_worker(n: int, clock=time.perf_counter) -> None:
-    """Answer 'name<TAB>input<TAB>threads<TAB>output' lines with the ns/token of one exact Numba call on ``threads``
-    threads, of band_log (output "log") or band (output "ratio"): the median of three calls (nan, and a note on
-    stderr, if the tree cannot run it)."""
+def _speed_worker(n: int, clock=time.perf_counter, backend: str = "numba") -> None:
+    """Answer 'name<TAB>input<TAB>threads<TAB>output' lines with the ns/token of one exact call on ``backend`` on
+    ``threads`` threads (Numba's and torch's), of band_log (output "log") or band (output "ratio"), on the float32
+    inputs (torch: as CPU tensors, as trainers hold them, with the Numba kernels for the tokens its seeded pass
+    leaves made ready, as in the bench): the median of three calls (nan, and a note on stderr, if the tree cannot
+    run it).  The benchmarks of this tree serve both workers."""
     import numba
 
     import bandcore as bc
     from benchmarks.inputs import log_probs
+    from benchmarks.methods import ready_leftover_kernels
 
     inputs = {which: log_probs(which, n, 0) for which in ("llm", "mid", "flat")}
+    if backend == "torch":
+        import torch
+
+        inputs = {which: torch.from_numpy(x) for which, x in inputs.items()}
     print("ready", bc.__file__, flush=True)
     for line in sys.stdin:
         name, which, threads, output = line.rstrip("\n").split("\t")
         numba.set_num_threads(int(threads))
+        if backend == "torch":
+            torch.set_num_threads(int(threads))
         call = bc.band if output == "ratio" else bc.band_log
         try:
-            call(inputs[which][:1000], name, 0.05, backend="numba")
+            if backend == "torch":  # as the bench's torch row: the tokens torch's seeded pass leaves go to Numba
+                ready_leftover_kernels(name, 0.05)
+            call(inputs[which][:1000], name, 0.05, backend=backend)
             times = []
             for _ in range(3):
                 start = clock()
-                call(inputs[which], name, 0.05, backend="numba")
+                call(inputs[which], name, 0.05, backend=backend)
                 times.append((clock() - start) * 1e9 / n)
             print(statistics.median(times), flush=True)
         except Exception as err:  # reported, and the other measurements go on
@@ -145,15 +158,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--inputs", nargs="*", choices=("llm", "mid", "flat"), default=list(INPUTS),
                         help="the benchmark's distributions timed")
     parser.add_argument("--sizes", nargs="*", type=int, default=[500_000], help="lookup: token counts")
+    parser.add_argument("--backend", choices=("numba", "torch", "numpy"), default="numba",
+                        help="speed: the backend forced (torch: float32 CPU tensors)")
     parser.add_argument("--copy", action="store_true", help="lookup: add the copy roofline row")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         sys.path.insert(0, os.path.abspath(args.before))  # this worker's tree first: its bandcore is timed
         clock = time.process_time if args.cpu_time else time.perf_counter
-        return _speed_worker(args.n, clock) if args.kind == "speed" else _lookup_worker(clock)
+        return _speed_worker(args.n, clock, args.backend) if args.kind == "speed" else _lookup_worker(clock)
     workers = start_workers(args.kind, {"before": args.before, "after": args.after}, args.n,
-                            ("--cpu-time",) if args.cpu_time else ())
+                            ("--cpu-time",) * args.cpu_time + ("--backend", args.backend))
     if args.kind == "speed":
         rows = [(name, which, t, args.output) for name in args.names or DIVERGENCES for which in args.inputs
                 for t in args.threads]  # fmt: skip

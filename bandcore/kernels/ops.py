@@ -19,6 +19,9 @@ generated generator functions, the hyperbolic functions ``sinh cosh tanh asinh a
 ``exp_ratio(x, c)`` is exp(x)/c, also where exp(x) overflows and the quotient does not (c a positive float);
 ``log1p_phi(x, u)`` is (log1p(x), x - log1p(x)) for u = fl(1 + x), without cancellation (the solvers; not in the JAX
 namespace, which reads tables only).
+``muladd(c, a, b, sign=1.0)`` (torch only) is c + sign·a·b in one operation: the torch binding of the sources
+has each ``c + a*b``, ``a*b + c``, ``c - a*b`` and ``a*b - k`` (k a number) rewritten to it
+(:func:`.sources.fuse_multiply_adds`), so that a Horner polynomial costs one operation a degree, not two.
 ``all_true(mask)`` lets a loop stop early where that costs no host synchronisation (NumPy, Numba, torch on the
 CPU); on an accelerator or while compiling it is False, so loops run their full, proven length.
 """
@@ -142,6 +145,34 @@ def torch_ops() -> SimpleNamespace:
     def take_column(a, i, k: int):
         return take(a.select(1, k), i)
 
+    constants: dict[tuple, torch.Tensor] = {}
+
+    def constant(c: float, like: torch.Tensor) -> torch.Tensor:
+        """``c`` as a 0-d tensor of ``like``'s dtype and device, made once (a new one per call would cost an
+        operation, on an accelerator a copy to it)."""
+        key = (c, like.dtype, None if like.is_cpu else like.device)
+        value = constants.get(key)
+        if value is None:
+            value = constants[key] = torch.tensor(c, dtype=like.dtype, device=like.device)
+        return value
+
+    def muladd(c, a, b, sign: float = 1.0):
+        """c + sign·a·b in one operation (``addcmul``, or ``add`` with a number as ``alpha``) where a or b is a
+        floating tensor, else as written; while compiling as written (the compiler fuses it)."""
+        a_tensor, b_tensor = isinstance(a, torch.Tensor), isinstance(b, torch.Tensor)
+        if (a_tensor or b_tensor) and not torch.compiler.is_compiling():
+            t, other = (a, b) if a_tensor else (b, a)
+            c_fits = not isinstance(c, torch.Tensor) or c.dtype == t.dtype
+            if t.is_floating_point() and c_fits and not isinstance(c, bool):
+                if isinstance(other, torch.Tensor):
+                    if other.dtype == t.dtype:
+                        c = c if isinstance(c, torch.Tensor) else constant(float(c), t)
+                        return torch.addcmul(c, t, other, value=sign)
+                elif isinstance(other, (int, float)) and not isinstance(other, bool):
+                    c = c if isinstance(c, torch.Tensor) else constant(float(c), t)
+                    return torch.add(c, t, alpha=sign * other)
+        return c + a * b if sign == 1.0 else c - a * b
+
     def binary(fn, scalar_fn):
         def op(a, b):
             if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
@@ -180,6 +211,7 @@ def torch_ops() -> SimpleNamespace:
         asinh=lift(torch.asinh, math.asinh),
         acosh=lift(torch.acosh, math.acosh),
         atanh=lift(torch.atanh, math.atanh),
+        muladd=muladd,
         inf=math.inf,
         nan=math.nan,
         name="torch",

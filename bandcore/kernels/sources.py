@@ -40,8 +40,8 @@ from typing import Any
 from .._cache import cache_root, exclusive, write_atomic
 from . import slots
 
-__all__ = ["FASTMATH", "NUMBA_FOLDER", "call_generated", "generated_name", "generated_source", "is_ready",
-           "load_generated", "vectorised_module"]
+__all__ = ["FASTMATH", "NUMBA_FOLDER", "call_generated", "fuse_multiply_adds", "generated_name", "generated_source",
+           "is_ready", "load_generated", "vectorised_module"]
 
 #: LLVM fast-math flags that keep NaN/inf semantics (full fastmath breaks isnan and inf comparisons).
 FASTMATH = ("arcp", "contract", "nsz")
@@ -68,7 +68,8 @@ def _body(module: ModuleType) -> tuple[str, tuple[str, ...]]:
 
 def vectorised_module(modules: tuple[ModuleType, ...], xp: Any, name: str, given: dict[str, Any]) -> ModuleType:
     """One module of the bodies of :mod:`.slots` and ``modules``, executed with ``xp`` and the ``given`` names bound
-    first (cached in ``sys.modules`` under ``name``)."""
+    first (cached in ``sys.modules`` under ``name``); where ``xp`` has ``muladd`` (torch), its multiply-adds fused
+    (:func:`fuse_multiply_adds`)."""
     with _LOCK:
         if name in sys.modules:
             return sys.modules[name]
@@ -77,9 +78,51 @@ def vectorised_module(modules: tuple[ModuleType, ...], xp: Any, name: str, given
         linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
         module = ModuleType(name, modules[-1].__doc__)
         module.__dict__.update(given, xp=xp)
-        exec(compile(source, filename, "exec"), module.__dict__)  # the package's own source (see the docstring)
+        code = fuse_multiply_adds(source) if hasattr(xp, "muladd") else source
+        exec(compile(code, filename, "exec"), module.__dict__)  # the package's own source (see the docstring)
         sys.modules[name] = module
         return module
+
+
+def fuse_multiply_adds(source: str) -> ast.Module:
+    """``source`` parsed, with every ``c + a*b``, ``a*b + c`` and ``c - a*b``, and ``a*b - k`` for a number ``k``,
+    replaced by ``xp.muladd(c, a, b[, -1.0])`` (innermost first; operands evaluated once each, as before): for the
+    torch binding, where each is then one operation (``addcmul``) instead of two.  Line numbers are kept."""
+    return ast.fix_missing_locations(_MultiplyAdds().visit(ast.parse(source)))
+
+
+class _MultiplyAdds(ast.NodeTransformer):
+    """The rewrite of :func:`fuse_multiply_adds`."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Add) and (_is_product(node.right) or _is_product(node.left)):
+            addend, product = (node.left, node.right) if _is_product(node.right) else (node.right, node.left)
+            return _muladd(node, addend, product)
+        if isinstance(node.op, ast.Sub) and _is_product(node.right):
+            return _muladd(node, node.left, node.right, negative=True)
+        if isinstance(node.op, ast.Sub) and _is_product(node.left) and _is_number(node.right):
+            return _muladd(node, ast.UnaryOp(ast.USub(), node.right), node.left)
+        return node
+
+
+def _is_product(node: ast.AST) -> bool:
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)
+
+
+def _is_number(node: ast.AST) -> bool:
+    """Whether ``node`` is arithmetic on numeric literals only (a constant of the source, e.g. ``3/8``)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+    if isinstance(node, ast.UnaryOp):
+        return isinstance(node.op, (ast.USub, ast.UAdd)) and _is_number(node.operand)
+    return isinstance(node, ast.BinOp) and _is_number(node.left) and _is_number(node.right)
+
+
+def _muladd(node: ast.BinOp, addend: ast.AST, product: ast.BinOp, negative: bool = False) -> ast.Call:
+    function = ast.Attribute(ast.Name("xp", ast.Load()), "muladd", ast.Load())
+    arguments = [addend, product.left, product.right] + ([ast.Constant(-1.0)] if negative else [])
+    return ast.copy_location(ast.Call(function, arguments, []), node)
 
 
 def generated_source(modules: list[ModuleType], ops: str, extra: list[str], driver: str, *, inline: bool = False,
