@@ -51,6 +51,14 @@ def start_workers(kind: str, trees: dict[str, str], n: int, extra: tuple[str, ..
     return workers
 
 
+def stop_workers(workers: dict[str, subprocess.Popen]) -> None:
+    """Close each worker's input (it then ends), wait for it and close its output."""
+    for worker in workers.values():
+        worker.stdin.close()
+        worker.wait(timeout=60)
+        worker.stdout.close()
+
+
 def interleaved(workers: dict[str, subprocess.Popen], rows: list[tuple], reps: int) -> dict[tuple, list[float]]:
     """{(*row, tag): the reps' answers}: each row sent tab-separated to both workers, in alternating order."""
     times: dict[tuple, list[float]] = {}
@@ -178,7 +186,10 @@ def main(argv: list[str] | None = None) -> None:
         rows = [(name, which, n, t, args.output) for name in names for which in args.inputs for n in args.sizes
                 for t in args.threads]  # fmt: skip
         header = f"{'table':12s} {'input':5s} {'n':>8s} {'thr':>3s}"
-    times = interleaved(workers, rows, args.reps)
+    try:
+        times = interleaved(workers, rows, args.reps)
+    finally:
+        stop_workers(workers)
     print(f"{header} {'before':>8s} {'after':>8s} {'x':>6s}   ns/token, median of {args.reps}")
     for row in rows:
         before, after = (statistics.median(times[(*row, tag)]) for tag in TAGS)
