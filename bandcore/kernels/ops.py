@@ -121,9 +121,23 @@ def torch_ops() -> SimpleNamespace:
 
         return op
 
+    constants: dict[tuple, torch.Tensor] = {}
+
+    def constant(c, dtype: torch.dtype, on: torch.Tensor) -> torch.Tensor:
+        """``c`` as a 0-d tensor of ``dtype`` on ``on``'s device, made once per value (sign of zero included) and
+        dtype (a new one per call would cost operations, on an accelerator a copy to it); made anew where
+        compiling or for NaN."""
+        if c != c or torch.compiler.is_compiling():
+            return torch.as_tensor(c, dtype=dtype, device=on.device)
+        key = (c, math.copysign(1.0, c), dtype, None if on.is_cpu else on.device)
+        value = constants.get(key)
+        if value is None:
+            value = constants[key] = torch.as_tensor(c, dtype=dtype, device=on.device)
+        return value
+
     def where(cond, a, b):
         if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
-            a = torch.as_tensor(a, dtype=torch.float64, device=cond.device)
+            a = constant(a, torch.float64, cond)
         return torch.where(cond, a, b)
 
     def exp_ratio(x, c: float):
@@ -145,17 +159,6 @@ def torch_ops() -> SimpleNamespace:
     def take_column(a, i, k: int):
         return take(a.select(1, k), i)
 
-    constants: dict[tuple, torch.Tensor] = {}
-
-    def constant(c: float, like: torch.Tensor) -> torch.Tensor:
-        """``c`` as a 0-d tensor of ``like``'s dtype and device, made once (a new one per call would cost an
-        operation, on an accelerator a copy to it)."""
-        key = (c, like.dtype, None if like.is_cpu else like.device)
-        value = constants.get(key)
-        if value is None:
-            value = constants[key] = torch.tensor(c, dtype=like.dtype, device=like.device)
-        return value
-
     def muladd(c, a, b, sign: float = 1.0):
         """c + sign·a·b in one operation (``addcmul``, or ``add`` with a number as ``alpha``) where a or b is a
         floating tensor, else as written; while compiling as written (the compiler fuses it)."""
@@ -166,18 +169,18 @@ def torch_ops() -> SimpleNamespace:
             if t.is_floating_point() and c_fits and not isinstance(c, bool):
                 if isinstance(other, torch.Tensor):
                     if other.dtype == t.dtype:
-                        c = c if isinstance(c, torch.Tensor) else constant(float(c), t)
+                        c = c if isinstance(c, torch.Tensor) else constant(float(c), t.dtype, t)
                         return torch.addcmul(c, t, other, value=sign)
                 elif isinstance(other, (int, float)) and not isinstance(other, bool):
-                    c = c if isinstance(c, torch.Tensor) else constant(float(c), t)
+                    c = c if isinstance(c, torch.Tensor) else constant(float(c), t.dtype, t)
                     return torch.add(c, t, alpha=sign * other)
         return c + a * b if sign == 1.0 else c - a * b
 
     def binary(fn, scalar_fn):
         def op(a, b):
             if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-                a = a if isinstance(a, torch.Tensor) else torch.as_tensor(a, dtype=b.dtype, device=b.device)
-                b = b if isinstance(b, torch.Tensor) else torch.as_tensor(b, dtype=a.dtype, device=a.device)
+                a = a if isinstance(a, torch.Tensor) else constant(a, b.dtype, b)
+                b = b if isinstance(b, torch.Tensor) else constant(b, a.dtype, a)
                 return fn(a, b)
             return scalar_fn(a, b)
 

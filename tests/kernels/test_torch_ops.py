@@ -1,5 +1,6 @@
-"""The torch binding's fused multiply-adds: the rewrite of the sources (:func:`fuse_multiply_adds`) and the
-operation it calls (``torch_ops().muladd``), which must compute what the expression it replaces computes."""
+"""The torch namespace's own operations: the fused multiply-adds (the rewrite of the sources,
+:func:`fuse_multiply_adds`, and the operation it calls, ``torch_ops().muladd``, which must compute what the
+expression it replaces computes) and the numbers it makes tensors of once (``where``, ``minimum``, ``maximum``)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,19 @@ def test_muladd_numbers_become_one_constant_per_dtype():
     assert xp.muladd(0.25, x32, x32).dtype == torch.float32
     assert xp.muladd(0.25, x64, x64).dtype == torch.float64
     assert torch.equal(xp.muladd(0.25, x64, x64), torch.tensor([1.25, 4.25], dtype=torch.float64))
+
+
+def test_numbers_made_tensors_once_keep_their_value_sign_and_dtype():
+    from bandcore.kernels.ops import torch_ops
+
+    xp = torch_ops()
+    cond = torch.tensor([True, False])
+    for _ in range(2):  # the second round reads the tensors made by the first
+        assert torch.equal(torch.signbit(xp.where(cond, -0.0, 1.0)), torch.tensor([True, False]))
+        assert torch.equal(torch.signbit(xp.where(cond, 0.0, 1.0)), torch.tensor([False, False]))
+        assert torch.isnan(xp.where(cond, math.nan, 1.0)[0]) and xp.where(cond, math.nan, 1.0)[1] == 1.0
+        assert xp.where(cond, 2, 1.0).dtype == torch.float64
+        ints = torch.tensor([-3, 5])
+        assert xp.maximum(ints, 0).dtype == torch.int64 and torch.equal(xp.maximum(ints, 0), torch.tensor([0, 5]))
+        assert torch.equal(xp.minimum(0.5, torch.tensor([0.25, 1.0])), torch.tensor([0.25, 0.5], dtype=torch.float32))
+        assert torch.equal(xp.maximum(-0.0, torch.tensor([-1.0], dtype=torch.float64)).signbit(), torch.tensor([True]))
