@@ -88,7 +88,9 @@ def _side_function(fn: GeneratedFunction, plan: SolverPlan, namespace: dict[str,
     xp, radius, far_x, at_infinity = namespace["xp"], plan.taylor_radius, plan.far_x, fn.at_infinity
 
     def evaluate(x, log_u, u):
-        value = closed(x, log_u, u) + xp.minimum(xp.abs(x), 0.0)  # broadcast constants (0 even for x = inf)
+        value = closed(x, log_u, u)
+        if getattr(value, "shape", None) != getattr(x, "shape", None):  # a constant: broadcast (0 even at x = inf)
+            value = value + xp.minimum(xp.abs(x), 0.0)
         if taylor is not None:
             value = xp.where(xp.abs(x) < radius, taylor(x), value)
         if far is not None:
