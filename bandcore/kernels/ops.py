@@ -125,9 +125,9 @@ def torch_ops() -> SimpleNamespace:
 
     def constant(c, dtype: torch.dtype, on: torch.Tensor) -> torch.Tensor:
         """``c`` as a 0-d tensor of ``dtype`` on ``on``'s device, made once per value (sign of zero included) and
-        dtype (a new one per call would cost operations, on an accelerator a copy to it); made anew where
-        compiling or for NaN."""
-        if c != c or torch.compiler.is_compiling():
+        dtype (a new one per call would cost operations, on an accelerator a copy to it); made anew for anything
+        but a Python number, for NaN and while compiling."""
+        if not isinstance(c, (int, float)) or c != c or torch.compiler.is_compiling():
             return torch.as_tensor(c, dtype=dtype, device=on.device)
         key = (c, math.copysign(1.0, c), dtype, None if on.is_cpu else on.device)
         value = constants.get(key)
