@@ -128,3 +128,14 @@ def test_numbers_made_tensors_once_keep_their_value_sign_and_dtype():
         assert xp.maximum(ints, 0).dtype == torch.int64 and torch.equal(xp.maximum(ints, 0), torch.tensor([0, 5]))
         assert torch.equal(xp.minimum(0.5, torch.tensor([0.25, 1.0])), torch.tensor([0.25, 0.5], dtype=torch.float32))
         assert torch.equal(xp.maximum(-0.0, torch.tensor([-1.0], dtype=torch.float64)).signbit(), torch.tensor([True]))
+
+
+def test_arrays_are_made_tensors_per_call_not_cached():
+    from bandcore.kernels.ops import torch_ops
+
+    xp = torch_ops()
+    cond = torch.tensor([True, False])
+    for values in (np.array([2.0, 3.0]), np.array([4.0, 5.0])):
+        got = xp.where(cond, values, 1.0)
+        assert torch.equal(got, torch.tensor([values[0], 1.0], dtype=torch.float64))
+        assert torch.equal(xp.maximum(torch.zeros(2, dtype=torch.float64), values), torch.from_numpy(values))
