@@ -105,6 +105,11 @@ numpy_ops = SimpleNamespace(
 numpy_ops.log1p_phi = _log1p_phi(numpy_ops)
 
 
+def _is_number(x) -> bool:
+    """A Python number other than a bool (what ``muladd`` passes to torch as a scalar)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def _logaddexp(a: float, b: float) -> float:
     top = max(a, b)
     return top if top == -math.inf else top + math.log1p(math.exp(-abs(a - b)))
@@ -162,18 +167,14 @@ def torch_ops() -> SimpleNamespace:
     def muladd(c, a, b, sign: float = 1.0):
         """c + sign·a·b in one operation (``addcmul``, or ``add`` with a number as ``alpha``) where a or b is a
         floating tensor, else as written; while compiling as written (the compiler fuses it)."""
-        a_tensor, b_tensor = isinstance(a, torch.Tensor), isinstance(b, torch.Tensor)
-        if (a_tensor or b_tensor) and not torch.compiler.is_compiling():
-            t, other = (a, b) if a_tensor else (b, a)
-            c_fits = not isinstance(c, torch.Tensor) or c.dtype == t.dtype
-            if t.is_floating_point() and c_fits and not isinstance(c, bool):
-                if isinstance(other, torch.Tensor):
-                    if other.dtype == t.dtype:
-                        c = c if isinstance(c, torch.Tensor) else constant(float(c), t.dtype, t)
-                        return torch.addcmul(c, t, other, value=sign)
-                elif isinstance(other, (int, float)) and not isinstance(other, bool):
-                    c = c if isinstance(c, torch.Tensor) else constant(float(c), t.dtype, t)
-                    return torch.add(c, t, alpha=sign * other)
+        t, other = (a, b) if isinstance(a, torch.Tensor) else (b, a)
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and not torch.compiler.is_compiling():
+            other_tensor = isinstance(other, torch.Tensor)
+            other_fits = other.dtype == t.dtype if other_tensor else _is_number(other)
+            c_fits = c.dtype == t.dtype if isinstance(c, torch.Tensor) else _is_number(c)
+            if other_fits and c_fits:
+                c = c if isinstance(c, torch.Tensor) else constant(float(c), t.dtype, t)
+                return torch.addcmul(c, t, other, value=sign) if other_tensor else torch.add(c, t, alpha=sign * other)
         return c + a * b if sign == 1.0 else c - a * b
 
     def binary(fn, scalar_fn):

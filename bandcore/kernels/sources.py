@@ -34,14 +34,14 @@ import threading
 from collections.abc import Callable
 from functools import cache, lru_cache
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
 from typing import Any
 
 from .._cache import cache_root, exclusive, write_atomic
 from . import slots
 
-__all__ = ["FASTMATH", "NUMBA_FOLDER", "call_generated", "fuse_multiply_adds", "generated_name", "generated_source",
-           "is_ready", "load_generated", "vectorised_module"]
+__all__ = ["FASTMATH", "NUMBA_FOLDER", "call_generated", "compile_for", "fuse_multiply_adds", "generated_name",
+           "generated_source", "is_ready", "load_generated", "vectorised_module"]
 
 #: LLVM fast-math flags that keep NaN/inf semantics (full fastmath breaks isnan and inf comparisons).
 FASTMATH = ("arcp", "contract", "nsz")
@@ -68,8 +68,7 @@ def _body(module: ModuleType) -> tuple[str, tuple[str, ...]]:
 
 def vectorised_module(modules: tuple[ModuleType, ...], xp: Any, name: str, given: dict[str, Any]) -> ModuleType:
     """One module of the bodies of :mod:`.slots` and ``modules``, executed with ``xp`` and the ``given`` names bound
-    first (cached in ``sys.modules`` under ``name``); where ``xp`` has ``muladd`` (torch), its multiply-adds fused
-    (:func:`fuse_multiply_adds`)."""
+    first (cached in ``sys.modules`` under ``name``), compiled for ``xp`` (:func:`compile_for`)."""
     with _LOCK:
         if name in sys.modules:
             return sys.modules[name]
@@ -78,10 +77,15 @@ def vectorised_module(modules: tuple[ModuleType, ...], xp: Any, name: str, given
         linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
         module = ModuleType(name, modules[-1].__doc__)
         module.__dict__.update(given, xp=xp)
-        code = fuse_multiply_adds(source) if hasattr(xp, "muladd") else source
-        exec(compile(code, filename, "exec"), module.__dict__)  # the package's own source (see the docstring)
+        exec(compile_for(xp, source, filename), module.__dict__)  # the package's own source (see the docstring)
         sys.modules[name] = module
         return module
+
+
+def compile_for(xp: Any, source: str, filename: str) -> CodeType:
+    """``source`` compiled to run on namespace ``xp``: where ``xp`` has ``muladd`` (torch), its multiply-adds fused
+    first (:func:`fuse_multiply_adds`)."""
+    return compile(fuse_multiply_adds(source) if hasattr(xp, "muladd") else source, filename, "exec")
 
 
 def fuse_multiply_adds(source: str) -> ast.Module:

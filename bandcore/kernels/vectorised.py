@@ -20,7 +20,7 @@ import numpy as np
 from ..plan import VECTORISED_NAMES, GeneratedFunction, SolverPlan
 from . import lookup, solvers
 from .ops import numpy_ops, torch_ops
-from .sources import fuse_multiply_adds, vectorised_module
+from .sources import compile_for, vectorised_module
 
 __all__ = ["build_module", "can_select", "compiling", "generator_functions", "solve_arrays", "solve_lower_at_one",
            "solve_ratio_arrays", "solver_parts"]  # fmt: skip
@@ -73,8 +73,7 @@ def _compiled(source: str | None, name: str, where: str, namespace: dict[str, An
     if source is None:
         return None
     scope = dict(namespace)
-    code = fuse_multiply_adds(source) if hasattr(namespace["xp"], "muladd") else source
-    exec(compile(code, f"<{where}.{name}>", "exec"), scope)
+    exec(compile_for(namespace["xp"], source, f"<{where}.{name}>"), scope)
     return scope[name]
 
 
