@@ -23,7 +23,9 @@ namespace, which reads tables only).
 has each ``c + a*b``, ``a*b + c``, ``c - a*b`` and ``a*b - k`` (k a number) rewritten to it
 (:func:`.sources.fuse_multiply_adds`), so that a Horner polynomial costs one operation a degree, not two.
 ``all_true(mask)`` lets a loop stop early where that costs no host synchronisation (NumPy, Numba, torch on the
-CPU); on an accelerator or while compiling it is False, so loops run their full, proven length.
+CPU); on an accelerator or while compiling it is False, so loops run their full, proven length.  ``any_true(mask)``
+(NumPy, torch) lets a select skip a branch no element takes, by the same rule: where a check would cost a
+synchronisation it is True, so the branch is computed.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ __all__ = ["jax_ops", "numpy_ops", "torch_ops"]
 
 def _numpy_all(mask: np.ndarray) -> bool:
     return bool(np.all(mask))
+
+
+def _numpy_any(mask: np.ndarray) -> bool:
+    return bool(np.any(mask))
 
 
 def _exp_ratio(x, c: float):
@@ -88,6 +94,7 @@ numpy_ops = SimpleNamespace(
     logical_or=np.logical_or,
     logical_not=np.logical_not,
     all_true=_numpy_all,
+    any_true=_numpy_any,
     floor_int=lambda x: np.floor(x).astype(np.int64),
     float_bits=lambda x: np.asarray(x, dtype=np.float64).view(np.int64),
     take=lambda a, i: a[i],
@@ -156,6 +163,14 @@ def torch_ops() -> SimpleNamespace:
             return False
         return bool(mask.all())
 
+    def any_true(mask) -> bool:
+        """On the CPU a check costs no synchronisation; elsewhere, or while compiling, True (the branch is computed)."""
+        if not isinstance(mask, torch.Tensor):
+            return bool(mask)
+        if mask.device.type != "cpu" or torch.compiler.is_compiling():
+            return True
+        return bool(mask.any())
+
     def take(a, i):
         if not isinstance(i, torch.Tensor):
             return a[i]
@@ -205,6 +220,7 @@ def torch_ops() -> SimpleNamespace:
         logical_or=torch.logical_or,
         logical_not=torch.logical_not,
         all_true=all_true,
+        any_true=any_true,
         floor_int=lambda x: torch.floor(x).long(),
         float_bits=lambda x: x.view(torch.int64),
         take=take,

@@ -77,25 +77,70 @@ def _compiled(source: str | None, name: str, where: str, namespace: dict[str, An
     return scope[name]
 
 
-def _side_function(fn: GeneratedFunction, plan: SolverPlan, namespace: dict[str, Any]) -> Callable:
+class _SharedForms:
+    """What the forms of a plan's functions need at one point (x, u), for the last point asked: the masks of the
+    Taylor and the far form (``near``: |x| < radius, ``beyond``: x > far_x), whether any element lies in each
+    (``xp.any_true``), and the far form's t = 1/u and 1 - t.  The functions of a side are evaluated at the same
+    point one after the other (phi_r and dphi_r at r's cells, f_s and k_s at s's), so the second reads them from
+    the first; a point is the same by identity of its arrays, which the solvers never write to.  While
+    ``torch.compile`` traces, nothing is kept (no tensor of a trace outlives it)."""
+
+    __slots__ = ("far_x", "last", "radius", "xp")
+
+    def __init__(self, xp: Any, radius: float, far_x: float) -> None:
+        self.xp, self.radius, self.far_x, self.last = xp, radius, far_x, None
+
+    def at(self, x: Any, u: Any) -> dict[str, Any]:
+        last = self.last  # read once: another thread may replace it
+        if last is not None and last[0] is x and last[1] is u:
+            return last[2]
+        shared: dict[str, Any] = {}
+        if not (self.xp is not numpy_ops and compiling()):
+            self.last = (x, u, shared)
+        return shared
+
+    def near(self, x: Any, u: Any) -> tuple[Any, bool]:
+        shared = self.at(x, u)
+        if "near" not in shared:
+            mask = self.xp.abs(x) < self.radius
+            shared["near"] = mask, self.xp.any_true(mask)
+        return shared["near"]
+
+    def beyond(self, x: Any, u: Any) -> tuple[Any, bool, Any, Any]:
+        shared = self.at(x, u)
+        if "beyond" not in shared:
+            mask = x > self.far_x
+            t = 1.0 / u
+            shared["beyond"] = mask, self.xp.any_true(mask), t, 1.0 - t
+        return shared["beyond"]
+
+
+def _side_function(fn: GeneratedFunction, plan: SolverPlan, namespace: dict[str, Any], shared: _SharedForms
+                   ) -> Callable:
     """``fn`` as an element-wise function of (x, L, u): the closed expression, the Taylor polynomial where
-    :math:`|x|` < ``plan.taylor_radius``, the far form where :math:`x >` ``plan.far_x``."""
+    :math:`|x|` < ``plan.taylor_radius``, the far form where :math:`x >` ``plan.far_x`` (their masks shared with
+    the plan's other functions at the same point: :class:`_SharedForms`).  A form no element needs is not computed
+    where checking that costs no host synchronisation (NumPy, torch on the CPU: ``xp.any_true``); on the
+    benchmark's inputs, js at δ = 0.05 has no s-side point within the radius (``docs/kernel_measurements.md``)."""
     where = f"{plan.name}.{fn.name}"
     closed = _compiled(fn.closed, "closed", where, namespace)
     taylor = _compiled(fn.taylor, "taylor", where, namespace)
     far = _compiled(fn.far, "far", where, namespace)
-    xp, radius, far_x, at_infinity = namespace["xp"], plan.taylor_radius, plan.far_x, fn.at_infinity
+    xp, at_infinity = namespace["xp"], fn.at_infinity
 
     def evaluate(x, log_u, u):
         value = closed(x, log_u, u)
         if getattr(value, "shape", None) != getattr(x, "shape", None):  # a constant: broadcast (0 even at x = inf)
             value = value + xp.minimum(xp.abs(x), 0.0)
         if taylor is not None:
-            value = xp.where(xp.abs(x) < radius, taylor(x), value)
+            near, any_near = shared.near(x, u)
+            if any_near:
+                value = xp.where(near, taylor(x), value)
         if far is not None:
-            t = 1.0 / u
-            value = xp.where(x > far_x, far(t, 1.0 - t, log_u, x), value)
-            value = xp.where(xp.logical_and(u == math.inf, xp.isnan(value)), at_infinity, value)  # 0*log(inf)
+            beyond, any_beyond, t, one_minus_t = shared.beyond(x, u)
+            if any_beyond:
+                value = xp.where(beyond, far(t, one_minus_t, log_u, x), value)
+                value = xp.where(xp.logical_and(u == math.inf, xp.isnan(value)), at_infinity, value)  # 0*log(inf)
         return value
 
     return evaluate
@@ -103,8 +148,8 @@ def _side_function(fn: GeneratedFunction, plan: SolverPlan, namespace: dict[str,
 
 def generator_functions(plan: SolverPlan, xp: Any) -> dict[str, Callable]:
     """A generic plan's functions (:data:`bandcore.plan.GENERATOR_FUNCTIONS`) as element-wise callables on ``xp``."""
-    namespace = _namespace(xp)
-    return {fn.name: _side_function(fn, plan, namespace) for fn in plan.functions}
+    namespace, shared = _namespace(xp), _SharedForms(xp, plan.taylor_radius, plan.far_x)
+    return {fn.name: _side_function(fn, plan, namespace, shared) for fn in plan.functions}
 
 
 def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple, *,

@@ -1,0 +1,99 @@
+"""A generic plan's functions on NumPy and torch skip a form (Taylor, far) no element of the call needs
+(``xp.any_true``), and share the forms' masks between the functions of a side (``vectorised._SharedForms``):
+both must give the bits of every form computed and selected, whatever the points and their order."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import bandcore as bc
+from bandcore.derive import solver_plan
+from bandcore.kernels.ops import numpy_ops
+from bandcore.kernels.vectorised import generator_functions
+
+NAMES = ["js", "hellinger", "alpha(0.7)", "cosh(u-1) - 1"]
+
+
+def _every_form(xp: SimpleNamespace) -> SimpleNamespace:
+    """``xp`` whose ``any_true`` is always True: every form computed, as on an accelerator."""
+    return SimpleNamespace(**{**vars(xp), "any_true": lambda mask: True})
+
+
+def _point(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, log u, u) of u = 1 + x, as the solvers' cells give them."""
+    return x, np.log1p(x), 1.0 + x
+
+
+def _points(radius: float, far_x: float) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return {
+        "near only": rng.uniform(-0.9, 0.9, 257) * radius,
+        "closed only": rng.uniform(1.5 * radius, 0.9 * far_x, 257),
+        "far only": far_x * (1.0 + rng.exponential(30.0, 257)),
+        "negative, no form": -rng.uniform(1.5 * radius, 0.99, 257),
+        "mixed": np.concatenate([rng.uniform(-0.99, 0.0, 100), rng.exponential(3.0, 100), [0.0, np.inf, np.nan]]),
+    }
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_skipping_and_sharing_keep_the_bits(name):
+    plan = solver_plan(bc.resolve(name))
+    fast, every = generator_functions(plan, numpy_ops), generator_functions(plan, _every_form(numpy_ops))
+    points = _points(plan.taylor_radius, plan.far_x)
+    # each function at each kind of point, and the points in turn (a side's masks must never leak to the next)
+    for order in (list(points), list(reversed(points))):
+        for kind in order:
+            point = _point(points[kind])
+            for fn in plan.functions:
+                with np.errstate(all="ignore"):
+                    got, want = fast[fn.name](*point), every[fn.name](*point)
+                np.testing.assert_array_equal(got, want, err_msg=f"{name}.{fn.name} at {kind}")
+
+
+def test_a_point_whose_arrays_are_new_is_a_new_point():
+    """Equal-looking arrays at a new point are read afresh: sharing is by the arrays' identity only."""
+    plan = solver_plan(bc.resolve("js"))
+    fast, every = generator_functions(plan, numpy_ops), generator_functions(plan, _every_form(numpy_ops))
+    near, far = _point(np.full(8, 0.05)), _point(np.full(8, 40.0))
+    first = fast["phi_r"](*near)
+    np.testing.assert_array_equal(fast["dphi_r"](*far), every["dphi_r"](*far))
+    np.testing.assert_array_equal(fast["phi_r"](*near), first)
+    np.testing.assert_array_equal(first, every["phi_r"](*near))
+
+
+def test_solver_needs_no_form_it_skips():
+    """The solvers' own points: the NumPy solver module (skipping) equals one built with every form computed,
+    bit for bit, on every pass (seeded, refined, safeguarded)."""
+    from bandcore.kernels import solvers
+    from bandcore.kernels.backends import lower_at_one, seed, solver_module
+    from bandcore.kernels.sources import vectorised_module
+    from bandcore.kernels.vectorised import solve_arrays, solver_parts
+
+    x = np.concatenate([-np.random.default_rng(3).exponential(2.0, 4000), -np.geomspace(1e-12, 700.0, 200), [0.0]])
+    for name in ["js", "hellinger"]:
+        plan = solver_plan(bc.resolve(name))
+        given = {**generator_functions(plan, _every_form(numpy_ops)), **solvers.constants(plan)}
+        every = vectorised_module(solver_parts("generic"), numpy_ops, f"test_every_form_{plan.key}", given)
+        for delta in (0.05, 2.0):
+            args = (x, delta, lower_at_one(plan, delta), seed(plan, delta).numpy_arrays())
+            with np.errstate(all="ignore"):
+                got = solve_arrays(solver_module(plan, "numpy"), plan.kind, *args)
+                want = solve_arrays(every, plan.kind, *args)
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_array_equal(g, w)
+
+
+def test_torch_any_true_is_free_on_the_cpu_only():
+    torch = pytest.importorskip("torch")
+    from bandcore.kernels.ops import torch_ops
+
+    xp = torch_ops()
+    assert xp.any_true(torch.zeros(5, dtype=torch.bool)) is False
+    assert xp.any_true(torch.tensor([False, True])) is True
+    assert xp.any_true(False) is False  # a Python bool (a point of plain numbers)
+    traced = torch.compile(lambda m: torch.ones(()) if xp.any_true(m) else torch.zeros(()), backend="eager",
+                           fullgraph=True)  # fmt: skip
+    assert float(traced(torch.zeros(3, dtype=torch.bool))) == 1.0  # while compiling: computed, never checked
