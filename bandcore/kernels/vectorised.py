@@ -20,6 +20,7 @@ import numpy as np
 from ..plan import VECTORISED_NAMES, GeneratedFunction, SolverPlan
 from . import lookup, solvers
 from .ops import numpy_ops, torch_ops
+from .shared_calls import HELPER, share_calls, shared
 from .sources import compile_for, vectorised_module
 
 __all__ = ["build_module", "can_select", "compiling", "generator_functions", "solve_arrays", "solve_lower_at_one",
@@ -64,63 +65,67 @@ def _namespace(xp: Any) -> dict[str, Any]:
              "min": _elementwise(xp.minimum),
              **{name: getattr(xp, name) for name in ("sinh", "cosh", "tanh", "asinh", "acosh", "atanh")}}  # fmt: skip
     assert set(names) == set(VECTORISED_NAMES)
-    return {**names, "builtins": builtins, "range": range}
+    return {**names, "builtins": builtins, "range": range, HELPER: shared}
 
 
 def _compiled(source: str | None, name: str, where: str, namespace: dict[str, Any]) -> Callable | None:
     """The function ``name`` defined by ``source`` (a plan's, checked to be plain arithmetic by
-    :func:`bandcore.plan.check_source`), with ``namespace`` as its globals."""
+    :func:`bandcore.plan.check_source`), with ``namespace`` as its globals, its transcendental calls shared at a
+    point (:func:`.shared_calls.share_calls`: it takes the point's dictionary as its last argument)."""
     if source is None:
         return None
     scope = dict(namespace)
+    source, _ = share_calls(source, frozenset(namespace) | {"float"})
     exec(compile_for(namespace["xp"], source, f"<{where}.{name}>"), scope)
     return scope[name]
 
 
-class _SharedForms:
-    """What the forms of a plan's functions need at one point (x, u), for the last point asked: the masks of the
-    Taylor and the far form (``near``: |x| < radius, ``beyond``: x > far_x), whether any element lies in each
-    (``xp.any_true``), and the far form's t = 1/u and 1 - t.  The functions of a side are evaluated at the same
-    point one after the other (phi_r and dphi_r at r's cells, f_s and k_s at s's), so the second reads them from
-    the first; a point is the same by identity of its arrays, which the solvers never write to.  While
-    ``torch.compile`` traces, nothing is kept (no tensor of a trace outlives it)."""
+class _PointCache:
+    """What a plan's functions compute at one point (x, L, u), for the last point asked: the masks of the Taylor
+    and the far form (``near``: |x| < radius, ``beyond``: x > far_x), whether any element lies in each
+    (``xp.any_true``), the far form's t = 1/u and 1 - t, and the shared transcendental calls
+    (:mod:`.shared_calls`).  The functions of a side are evaluated at the same point one after the other (phi_r
+    and dphi_r at r's cells, f_s and k_s at s's), so the second reads them from the first; a point is the same by
+    the identity of its arrays, which the solvers never write to.  While ``torch.compile`` traces, nothing is kept
+    from one function to the next (no tensor of a trace outlives it)."""
 
     __slots__ = ("far_x", "last", "radius", "xp")
 
     def __init__(self, xp: Any, radius: float, far_x: float) -> None:
         self.xp, self.radius, self.far_x, self.last = xp, radius, far_x, None
 
-    def at(self, x: Any, u: Any) -> dict[str, Any]:
+    def at(self, x: Any, log_u: Any, u: Any) -> dict[str, Any]:
+        """The dictionary of the point (x, log u, u)."""
         last = self.last  # read once: another thread may replace it
-        if last is not None and last[0] is x and last[1] is u:
-            return last[2]
-        shared: dict[str, Any] = {}
+        if last is not None and last[0] is x and last[1] is log_u and last[2] is u:
+            return last[3]
+        values: dict[str, Any] = {}
         if not (self.xp is not numpy_ops and compiling()):
-            self.last = (x, u, shared)
-        return shared
+            self.last = (x, log_u, u, values)
+        return values
 
-    def near(self, x: Any, u: Any) -> tuple[Any, bool]:
-        shared = self.at(x, u)
-        if "near" not in shared:
+    def near(self, x: Any, values: dict[str, Any]) -> tuple[Any, bool]:
+        """(|x| < radius, whether any element is) at the point of ``values``."""
+        if "|near" not in values:
             mask = self.xp.abs(x) < self.radius
-            shared["near"] = mask, self.xp.any_true(mask)
-        return shared["near"]
+            values["|near"] = mask, self.xp.any_true(mask)
+        return values["|near"]
 
-    def beyond(self, x: Any, u: Any) -> tuple[Any, bool, Any, Any]:
-        shared = self.at(x, u)
-        if "beyond" not in shared:
+    def beyond(self, x: Any, u: Any, values: dict[str, Any]) -> tuple[Any, bool, Any, Any]:
+        """(x > far_x, whether any element is, t = 1/u, 1 - t) at the point of ``values``."""
+        if "|beyond" not in values:
             mask = x > self.far_x
             t = 1.0 / u
-            shared["beyond"] = mask, self.xp.any_true(mask), t, 1.0 - t
-        return shared["beyond"]
+            values["|beyond"] = mask, self.xp.any_true(mask), t, 1.0 - t
+        return values["|beyond"]
 
 
-def _side_function(fn: GeneratedFunction, plan: SolverPlan, namespace: dict[str, Any], shared: _SharedForms
+def _side_function(fn: GeneratedFunction, plan: SolverPlan, namespace: dict[str, Any], cache: _PointCache
                    ) -> Callable:
     """``fn`` as an element-wise function of (x, L, u): the closed expression, the Taylor polynomial where
-    :math:`|x|` < ``plan.taylor_radius``, the far form where :math:`x >` ``plan.far_x`` (their masks shared with
-    the plan's other functions at the same point: :class:`_SharedForms`).  A form no element needs is not computed
-    where checking that costs no host synchronisation (NumPy, torch on the CPU: ``xp.any_true``); on the
+    :math:`|x|` < ``plan.taylor_radius``, the far form where :math:`x >` ``plan.far_x``, sharing what they compute
+    with the plan's other functions at the same point (:class:`_PointCache`).  A form no element needs is not
+    computed where checking that costs no host synchronisation (NumPy, torch on the CPU: ``xp.any_true``); on the
     benchmark's inputs, js at δ = 0.05 has no s-side point within the radius (``docs/kernel_measurements.md``)."""
     where = f"{plan.name}.{fn.name}"
     closed = _compiled(fn.closed, "closed", where, namespace)
@@ -129,17 +134,18 @@ def _side_function(fn: GeneratedFunction, plan: SolverPlan, namespace: dict[str,
     xp, at_infinity = namespace["xp"], fn.at_infinity
 
     def evaluate(x, log_u, u):
-        value = closed(x, log_u, u)
+        values = cache.at(x, log_u, u)
+        value = closed(x, log_u, u, values)
         if getattr(value, "shape", None) != getattr(x, "shape", None):  # a constant: broadcast (0 even at x = inf)
             value = value + xp.minimum(xp.abs(x), 0.0)
         if taylor is not None:
-            near, any_near = shared.near(x, u)
+            near, any_near = cache.near(x, values)
             if any_near:
-                value = xp.where(near, taylor(x), value)
+                value = xp.where(near, taylor(x, values), value)
         if far is not None:
-            beyond, any_beyond, t, one_minus_t = shared.beyond(x, u)
+            beyond, any_beyond, t, one_minus_t = cache.beyond(x, u, values)
             if any_beyond:
-                value = xp.where(beyond, far(t, one_minus_t, log_u, x), value)
+                value = xp.where(beyond, far(t, one_minus_t, log_u, x, values), value)
                 value = xp.where(xp.logical_and(u == math.inf, xp.isnan(value)), at_infinity, value)  # 0*log(inf)
         return value
 
@@ -148,8 +154,8 @@ def _side_function(fn: GeneratedFunction, plan: SolverPlan, namespace: dict[str,
 
 def generator_functions(plan: SolverPlan, xp: Any) -> dict[str, Callable]:
     """A generic plan's functions (:data:`bandcore.plan.GENERATOR_FUNCTIONS`) as element-wise callables on ``xp``."""
-    namespace, shared = _namespace(xp), _SharedForms(xp, plan.taylor_radius, plan.far_x)
-    return {fn.name: _side_function(fn, plan, namespace, shared) for fn in plan.functions}
+    namespace, cache = _namespace(xp), _PointCache(xp, plan.taylor_radius, plan.far_x)
+    return {fn.name: _side_function(fn, plan, namespace, cache) for fn in plan.functions}
 
 
 def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple, *,

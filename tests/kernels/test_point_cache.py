@@ -1,6 +1,8 @@
 """A generic plan's functions on NumPy and torch skip a form (Taylor, far) no element of the call needs
-(``xp.any_true``), and share the forms' masks between the functions of a side (``vectorised._SharedForms``):
-both must give the bits of every form computed and selected, whatever the points and their order."""
+(``xp.any_true``), and share what they compute at a point (the forms' masks, the far form's 1/u, their
+transcendental calls: ``vectorised._PointCache``, :mod:`bandcore.kernels.shared_calls`) with the plan's other
+functions there: they must give the bits of every form and every call computed anew, whatever the points and
+their order."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 
 import bandcore as bc
 from bandcore.derive import solver_plan
+from bandcore.kernels import vectorised
 from bandcore.kernels.ops import numpy_ops
 from bandcore.kernels.vectorised import generator_functions
 
@@ -20,6 +23,18 @@ NAMES = ["js", "hellinger", "alpha(0.7)", "cosh(u-1) - 1"]
 def _every_form(xp: SimpleNamespace) -> SimpleNamespace:
     """``xp`` whose ``any_true`` is always True: every form computed, as on an accelerator."""
     return SimpleNamespace(**{**vars(xp), "any_true": lambda mask: True})
+
+
+@pytest.fixture
+def computed_anew(monkeypatch):
+    """``generator_functions`` with every form and every call computed anew (nothing skipped, nothing shared)."""
+
+    def build(plan):
+        with monkeypatch.context() as patch:
+            patch.setattr(vectorised, "shared", lambda memo, key, compute: compute())
+            return generator_functions(plan, _every_form(numpy_ops))
+
+    return build
 
 
 def _point(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -39,9 +54,9 @@ def _points(radius: float, far_x: float) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_skipping_and_sharing_keep_the_bits(name):
+def test_skipping_and_sharing_keep_the_bits(name, computed_anew):
     plan = solver_plan(bc.resolve(name))
-    fast, every = generator_functions(plan, numpy_ops), generator_functions(plan, _every_form(numpy_ops))
+    fast, every = generator_functions(plan, numpy_ops), computed_anew(plan)
     points = _points(plan.taylor_radius, plan.far_x)
     # each function at each kind of point, and the points in turn (a side's masks must never leak to the next)
     for order in (list(points), list(reversed(points))):
@@ -53,19 +68,25 @@ def test_skipping_and_sharing_keep_the_bits(name):
                 np.testing.assert_array_equal(got, want, err_msg=f"{name}.{fn.name} at {kind}")
 
 
-def test_a_point_whose_arrays_are_new_is_a_new_point():
-    """Equal-looking arrays at a new point are read afresh: sharing is by the arrays' identity only."""
-    plan = solver_plan(bc.resolve("js"))
-    fast, every = generator_functions(plan, numpy_ops), generator_functions(plan, _every_form(numpy_ops))
+@pytest.mark.parametrize("name", ["js", "alpha(0.7)"])
+def test_a_new_point_is_read_afresh(name, computed_anew):
+    """A point is the same only by the identity of its arrays: a new one (even of equal values) is computed anew,
+    and one of other values never reads the last one's masks or calls."""
+    plan = solver_plan(bc.resolve(name))
+    fast, every = generator_functions(plan, numpy_ops), computed_anew(plan)
     near, far = _point(np.full(8, 0.05)), _point(np.full(8, 40.0))
     first = fast["phi_r"](*near)
     np.testing.assert_array_equal(fast["dphi_r"](*far), every["dphi_r"](*far))
     np.testing.assert_array_equal(fast["phi_r"](*near), first)
     np.testing.assert_array_equal(first, every["phi_r"](*near))
+    for value in (0.5, 40.0):  # the closed form's shared calls, the far form's 1/u: each depends on u
+        x, log_u, u = _point(np.full(8, value))
+        fast["phi_r"](x, log_u, u)
+        np.testing.assert_array_equal(fast["phi_r"](x, log_u, u * 2.0), every["phi_r"](x, log_u, u * 2.0))
 
 
-def test_solver_needs_no_form_it_skips():
-    """The solvers' own points: the NumPy solver module (skipping) equals one built with every form computed,
+def test_solver_needs_nothing_it_skips_or_shares(computed_anew):
+    """The solvers' own points: the NumPy solver module equals one built with every form and call computed anew,
     bit for bit, on every pass (seeded, refined, safeguarded)."""
     from bandcore.kernels import solvers
     from bandcore.kernels.backends import lower_at_one, seed, solver_module
@@ -73,9 +94,9 @@ def test_solver_needs_no_form_it_skips():
     from bandcore.kernels.vectorised import solve_arrays, solver_parts
 
     x = np.concatenate([-np.random.default_rng(3).exponential(2.0, 4000), -np.geomspace(1e-12, 700.0, 200), [0.0]])
-    for name in ["js", "hellinger"]:
+    for name in ["js", "hellinger", "alpha(0.7)"]:
         plan = solver_plan(bc.resolve(name))
-        given = {**generator_functions(plan, _every_form(numpy_ops)), **solvers.constants(plan)}
+        given = {**computed_anew(plan), **solvers.constants(plan)}
         every = vectorised_module(solver_parts("generic"), numpy_ops, f"test_every_form_{plan.key}", given)
         for delta in (0.05, 2.0):
             args = (x, delta, lower_at_one(plan, delta), seed(plan, delta).numpy_arrays())
