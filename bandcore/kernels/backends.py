@@ -32,7 +32,15 @@ from .opaque import register, safeguarded_band
 from .seeds import NO_SEED, seed_table
 from .solvers.common import RATIO_ENTRY_POINTS
 from .thresholds import threshold_seed
-from .vectorised import build_module, can_select, compiling, solve_arrays, solve_lower_at_one, solve_ratio_arrays
+from .vectorised import (
+    build_module,
+    can_select,
+    compiling,
+    release_point,
+    solve_arrays,
+    solve_lower_at_one,
+    solve_ratio_arrays,
+)
 
 __all__ = ["CACHE", "SERIAL_MAX", "ArraySolver", "PlanCache", "TensorSolver", "bind", "lower_at_one", "numba_ready",
            "seed", "solver_module"]
@@ -200,7 +208,10 @@ class TensorSolver:
     def safeguarded(self, lp: Any) -> tuple:
         """(lower, upper, status) of every token of ``lp`` by the safeguarded solver alone (torch operations)."""
         entry = getattr(self._module, self._module.ENTRY_POINTS[self.plan.kind])
-        return entry(lp, self.delta, self._at_one, self._seed)
+        try:
+            return entry(lp, self.delta, self._at_one, self._seed)
+        finally:
+            release_point(self._module)
 
     def pure(self, flat: Any, fallback: bool = True) -> tuple:
         """(lower, upper, status) in torch operations only (log bounds, or the ratios of a kind with a ratio form);

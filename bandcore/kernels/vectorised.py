@@ -23,8 +23,8 @@ from .ops import numpy_ops, torch_ops
 from .shared_calls import HELPER, share_calls, shared
 from .sources import compile_for, vectorised_module
 
-__all__ = ["build_module", "can_select", "compiling", "generator_functions", "solve_arrays", "solve_lower_at_one",
-           "solve_ratio_arrays", "solver_parts"]  # fmt: skip
+__all__ = ["build_module", "can_select", "compiling", "generator_functions", "release_point", "solve_arrays",
+           "solve_lower_at_one", "solve_ratio_arrays", "solver_parts"]  # fmt: skip
 
 
 def solver_parts(kind: str) -> tuple[ModuleType, ...]:
@@ -43,8 +43,17 @@ def build_module(plan: SolverPlan, backend: str) -> ModuleType:
     xp = _xp(backend)
     if plan.kind != "generic":
         return vectorised_module(solver_parts(plan.kind), xp, f"bandcore.kernels.solvers_{backend}", {})
-    given = {**generator_functions(plan, xp), **solvers.constants(plan)}
+    cache = _PointCache(xp, plan.taylor_radius, plan.far_x)
+    given = {**generator_functions(plan, xp, cache), **solvers.constants(plan), "POINT_CACHE": cache}
     return vectorised_module(solver_parts("generic"), xp, f"bandcore.kernels.solvers_{backend}_{plan.key}", given)
+
+
+def release_point(module: ModuleType) -> None:
+    """Let go of the last point a generic plan's functions kept (``module.POINT_CACHE``: its arrays, on an
+    accelerator chunks of millions of values); the solvers call it when a pass over the tokens is done."""
+    cache = getattr(module, "POINT_CACHE", None)
+    if cache is not None:
+        cache.last = None
 
 
 def _elementwise(pairwise: Callable) -> Callable:
@@ -86,8 +95,9 @@ class _PointCache:
     (``xp.any_true``), the far form's t = 1/u and 1 - t, and the shared transcendental calls
     (:mod:`.shared_calls`).  The functions of a side are evaluated at the same point one after the other (phi_r
     and dphi_r at r's cells, f_s and k_s at s's), so the second reads them from the first; a point is the same by
-    the identity of its arrays, which the solvers never write to.  While ``torch.compile`` traces, nothing is kept
-    from one function to the next (no tensor of a trace outlives it)."""
+    the identity of its arrays, which the solvers never write to.  The last point is let go when a pass over the
+    tokens is done (:func:`release_point`); while ``torch.compile`` traces, nothing is kept from one function to
+    the next (no tensor of a trace outlives it)."""
 
     __slots__ = ("far_x", "last", "radius", "xp")
 
@@ -152,9 +162,11 @@ def _side_function(fn: GeneratedFunction, plan: SolverPlan, namespace: dict[str,
     return evaluate
 
 
-def generator_functions(plan: SolverPlan, xp: Any) -> dict[str, Callable]:
-    """A generic plan's functions (:data:`bandcore.plan.GENERATOR_FUNCTIONS`) as element-wise callables on ``xp``."""
-    namespace, cache = _namespace(xp), _PointCache(xp, plan.taylor_radius, plan.far_x)
+def generator_functions(plan: SolverPlan, xp: Any, cache: _PointCache | None = None) -> dict[str, Callable]:
+    """A generic plan's functions (:data:`bandcore.plan.GENERATOR_FUNCTIONS`) as element-wise callables on ``xp``,
+    sharing ``cache`` (a new one if None: :class:`_PointCache`)."""
+    cache = cache or _PointCache(xp, plan.taylor_radius, plan.far_x)
+    namespace = _namespace(xp)
     return {fn.name: _side_function(fn, plan, namespace, cache) for fn in plan.functions}
 
 
@@ -170,6 +182,14 @@ def solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: f
     ``safeguarded(lp) -> (lower, upper, status)`` replaces that solver on every token (the opaque operator of
     :mod:`.opaque`, so ``torch.compile`` does not unroll its loop).
     """
+    try:
+        return _solve_arrays(module, kind, lp, delta, at_one, seed, fallback, safeguarded)
+    finally:
+        release_point(module)
+
+
+def _solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: float, seed: tuple, fallback: bool,
+                  safeguarded: Callable | None) -> tuple:
     solve = getattr(module, module.ENTRY_POINTS[kind])
     if kind not in module.POLISHED:
         return solve(lp, delta, at_one, seed)

@@ -118,3 +118,37 @@ def test_torch_any_true_is_free_on_the_cpu_only():
     traced = torch.compile(lambda m: torch.ones(()) if xp.any_true(m) else torch.zeros(()), backend="eager",
                            fullgraph=True)  # fmt: skip
     assert float(traced(torch.zeros(3, dtype=torch.bool))) == 1.0  # while compiling: computed, never checked
+
+
+def test_a_side_computes_each_shared_call_once():
+    """α = 0.7's φ and φ′ at one point take exp(L/10) and expm1(L/10) once between them, not once each."""
+    calls = {"exp": 0, "expm1": 0}
+
+    def counted(name):
+        def op(x):
+            calls[name] += 1
+            return getattr(np, name)(x)
+
+        return op
+
+    xp = SimpleNamespace(**{**vars(numpy_ops), "exp": counted("exp"), "expm1": counted("expm1")})
+    functions = generator_functions(solver_plan(bc.resolve("alpha(0.7)")), xp)
+    point = _point(np.linspace(0.3, 0.9, 16))  # the closed forms only
+    functions["phi_r"](*point)
+    functions["dphi_r"](*point)
+    assert calls == {"exp": 1, "expm1": 1}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_a_finished_call_keeps_no_point(backend):
+    """The arrays of the last point are let go when a pass is done (on an accelerator they are chunks of millions
+    of values)."""
+    from bandcore.kernels.backends import solver_module
+
+    plan = solver_plan(bc.resolve("js"))
+    x = np.linspace(-12.0, -1e-3, 5000)
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
+        x = torch.from_numpy(x)
+    bc.band_log(x, "js", 0.05, backend=backend)
+    assert solver_module(plan, backend).POINT_CACHE.last is None
