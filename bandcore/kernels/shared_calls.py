@@ -5,7 +5,7 @@ after the other at the same point (x, L, u), and their sources, derived one by o
 α = 0.7's four r-side forms each take ``exp(L/10)`` and ``expm1(L/10)``, js's ``log(u/2 + 1/2)``, Hellinger's
 ``sqrt(u)``.  On whole arrays each call is a pass over the tokens (on torch, 10k float64 values: 15–25 µs), so
 :func:`share_calls` rewrites a source so that each such call looks its value up in a dictionary of the point
-(``vectorised._SharedForms``) and computes it only when missing.
+(``vectorised._PointCache``) and computes it only when missing.
 
 A call is shared when its function is one of :data:`SHARED` and its argument depends on the function's
 parameters only; a local variable in it stands for its definition (the body is straight-line code, each local
@@ -24,7 +24,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MEMO", "SHARED", "share_calls", "shared"]
+__all__ = ["HELPER", "MEMO", "SHARED", "share_calls", "shared"]
 
 #: The calls worth sharing: one pass of a transcendental each
 SHARED = frozenset({"exp", "expm1", "log", "log1p", "sqrt", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh"})
@@ -54,9 +54,11 @@ def share_calls(source: str, constants: frozenset[str]) -> tuple[str, int]:
     params = {a.arg for a in function.args.args}
     assigned = [t.id for node in ast.walk(function) if isinstance(node, ast.Assign) for t in node.targets
                 if isinstance(t, ast.Name)]  # fmt: skip
-    safe = len(assigned) == len(set(assigned)) and not set(assigned) & (params | SHARED | constants | {MEMO, HELPER})
+    reserved = {MEMO, HELPER}
+    safe = len(assigned) == len(set(assigned)) and not set(assigned) & (params | SHARED | constants | reserved) \
+        and not params & reserved
     rewrite = _Rewrite(params | constants)
-    if safe and MEMO not in params:
+    if safe:
         for statement in function.body:
             rewrite.visit(statement)
             if isinstance(statement, ast.Assign) and len(statement.targets) == 1:

@@ -110,7 +110,7 @@ class _PointCache:
         if last is not None and last[0] is x and last[1] is log_u and last[2] is u:
             return last[3]
         values: dict[str, Any] = {}
-        if not (self.xp is not numpy_ops and compiling()):
+        if self.xp is numpy_ops or not compiling():
             self.last = (x, log_u, u, values)
         return values
 
