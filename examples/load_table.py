@@ -21,16 +21,16 @@ def hermite(k, v, d, x):  # cubic Hermite on knots k (values v, slopes d); end v
 
 
 def bound(a, meta, side, L):
-    k, kind, near = a[side + "_knots"], meta[side + "_kind"], side + "_near_"
-    if side + "_left_tail" in meta or side + "_right_tail" in meta:  # reverse_kl, (u-1)*log(u), ...
+    k, kind, near, h = a[side + "_knots"], meta[side + "_kind"], side + "_near_", meta.get(side + "_near_power")
+    if side + "_left_tail" in meta or side + "_right_tail" in meta:  # reverse_kl, (u-1)*log(u): use bandcore
         raise ValueError("a bound with logarithmic tails: read it with bandcore")
     f = hermite(k, a[side + "_values"], a[side + "_slopes"], L)  # stored: log r (0, 3, 5), r (1, 4), log(-log r) (2)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         y = {0: f, 5: f, 3: np.minimum(f, 0), 2: -np.exp(f)}.get(kind, np.log(np.clip(f, 0, 1)))
         if kind > 3:  # split at L* = hi + lo: near it G(lam) = log u - gamma log lam, lam = |L - L*|, u = r | 1 - p r
-            (hi, lo), nk = meta[side + "_threshold"], a[near + "knots"]
+            (hi, lo), nk = meta[side + "_threshold"], a[near + "knots"]  # (or H = e^G where near_power = gamma)
             lam = (hi - L) + lo if kind == 4 else (L - hi) - lo
-            g = hermite(nk, a[near + "values"], a[near + "slopes"], lam)
+            g = (np.log if h else np.asarray)(hermite(nk, a[near + "values"], a[near + "slopes"], lam))
             g = np.minimum(g + meta[side + "_gamma"] * np.log(np.maximum(lam, nk[0])), 0)
             y = np.where(L < k[-1], y, g) if kind == 4 else np.where(L >= k[0], y, L + np.log1p(-np.exp(g)))
     if side == "upper":  # 1 <= r_up <= 1/p, r = 1/p where saturated

@@ -39,7 +39,10 @@ towards the threshold.  :math:`L^*` is a double-double :math:`L^*_{hi} + L^*_{lo
 (L^*_{hi} - L) + L^*_{lo}` is exact to rounding even at the float next to :math:`L^*`.  The near part stores
 :math:`G = \log u - \gamma\log\lambda` with :math:`u = r` (lower) or :math:`u = 1 - q = 1 - pr` (upper) and
 :math:`\gamma` the leading exponent of :math:`u` in :math:`\lambda`; then :math:`\log r = G + \gamma\log\lambda`
-(lower) or :math:`L + \log(1 - e^{G + \gamma\log\lambda})` (upper).  The arrays hold both grids one after the
+(lower) or :math:`L + \log(1 - e^{G + \gamma\log\lambda})` (upper).  Where :math:`\gamma` is an integer
+:math:`k \in \{1, 2\}` (``im[NEAR_POWER] = k``) it stores :math:`H = u/\lambda^k = e^G` instead: then
+:math:`u = H\lambda^k` takes no transcendental, so a lower bound's ratio is read with none and its
+:math:`\log r` with one logarithm, an upper bound's with one ``log1p``.  The arrays hold both grids one after the
 other (the near part's ``off`` entries count its cells from the end of the far part's); ``fm`` and ``im`` are
 addressed by the names of :mod:`.slots`, which also gives their layout.
 
@@ -86,6 +89,7 @@ from .slots import (  # also in every generated module: compile-time constants t
     NEAR_F_RIGHT,
     NEAR_LEFT,
     NEAR_OCTAVE,
+    NEAR_POWER,
     NEAR_RIGHT,
     NEAR_SLOPE_RIGHT,
     NO_TAIL,
@@ -211,8 +215,21 @@ def bound_pending(L, inner, fm, im):
     if im[KIND] != SPLIT_UPPER:
         return bound_cheap(L, inner, fm, im)[0]
     _, x, f = part_ends(L, inner, fm, im)
-    log_u = f + fm[GAMMA] * xp.log(xp.maximum(x, fm[NEAR_LEFT]))
-    return xp.minimum(xp.maximum(L + xp.log1p(-xp.exp(xp.minimum(log_u, 0.0))), 0.0), L)
+    lam = xp.maximum(x, fm[NEAR_LEFT])
+    if im[NEAR_POWER] == 0:
+        u = xp.exp(xp.minimum(f + fm[GAMMA] * xp.log(lam), 0.0))
+    else:
+        u = near_u(lam, f, im)
+    return xp.minimum(xp.maximum(L + xp.log1p(-u), 0.0), L)
+
+
+def near_u(lam, h, im):
+    """u = min(max(H, 0) λ^k, 1) of a near part that stores H = u/λ^k (k = im[NEAR_POWER], 1 or 2).  Its choices
+    are conditional expressions on ``im``: plain Python in the NumPy, torch and JAX bindings (``im`` holds
+    numbers), selects of cheap values in Numba, where a branch around a transcendental would keep a loop
+    scalar."""
+    power = lam * lam if im[NEAR_POWER] == 2 else lam
+    return xp.minimum(xp.maximum(h, 0.0) * power, 1.0)
 
 
 def part_ends(L, inner, fm, im):
@@ -227,20 +244,29 @@ def part_ends(L, inner, fm, im):
 
 def split_lower(L, inner, fm, im):
     """log r of a lower bound split at its saturation threshold (kind 4; module docstring): one logarithm, of
-    lambda (near part: log r = G + gamma log lambda) or of F (far part: log r = log F)."""
+    lambda (near part storing G: log r = G + gamma log lambda), of r = H lambda^k (near part storing H) or of F
+    (far part: log r = log F).  The part's form is chosen by selects around the one logarithm, so that a Numba
+    loop over it stays vectorised (:func:`near_u`)."""
     near, x, f = part_ends(L, inner, fm, im)
-    log_x = xp.log(xp.where(near, xp.maximum(x, fm[NEAR_LEFT]), xp.minimum(f, 1.0)))
-    y = xp.where(near, xp.minimum(f + fm[GAMMA] * log_x, 0.0), xp.where(f > 0.0, log_x, -xp.inf))
+    lam = xp.maximum(x, fm[NEAR_LEFT])
+    stores_g = im[NEAR_POWER] == 0
+    v = xp.where(near, lam if stores_g else near_u(lam, f, im), xp.minimum(f, 1.0))
+    log_v = xp.log(v)
+    y = xp.where(v > 0.0, log_v, -xp.inf)  # log r = log v: the far part, or a near part storing H
+    y = xp.where(near, xp.minimum(f + fm[GAMMA] * log_v, 0.0), y) if stores_g else y
     return xp.where(L >= fm[STAR_HI], -xp.inf, y)
 
 
 def split_lower_ratio(L, inner, fm, im):
     """(r, pending) of a split lower bound (kind 4) at L where ratios are wanted: the far part's stored r itself
-    (no transcendental; 0 where it reaches 0, at most 1), 0 from the threshold on; the near part is left pending,
-    ``exp`` of :func:`split_lower` (two transcendentals, for the tokens there only)."""
-    near, _, f = part_ends(L, inner, fm, im)
-    r = xp.where(xp.logical_or(near, L >= fm[STAR_HI]), 0.0, xp.minimum(xp.maximum(f, 0.0), 1.0))
-    return r, xp.logical_and(near, L < fm[STAR_HI])
+    (no transcendental; 0 where it reaches 0, at most 1), 0 from the threshold on; a near part storing H gives
+    r = H lambda^k (no transcendental either), one storing G is left pending, ``exp`` of :func:`split_lower`
+    (two transcendentals, for the tokens there only).  Branch-free, as :func:`split_lower`."""
+    near, x, f = part_ends(L, inner, fm, im)
+    stores_g = im[NEAR_POWER] == 0
+    r_near = 0.0 if stores_g else near_u(xp.maximum(x, fm[NEAR_LEFT]), f, im)
+    r = xp.where(L >= fm[STAR_HI], 0.0, xp.where(near, r_near, xp.minimum(xp.maximum(f, 0.0), 1.0)))
+    return r, xp.logical_and(near, L < fm[STAR_HI]) if stores_g else False
 
 
 def in_tail(L, fm, im):

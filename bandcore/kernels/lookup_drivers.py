@@ -102,9 +102,13 @@ def table_pending(Ls, fm, im, x, o, inner, out, direct):
         j = np.uint64(o[i])
         x[i] = Ls[j]
         inner[i] = inner[j]
-    if im[KIND] == SPLIT_UPPER:
-        for i in range(k):
-            x[i] = bound_pending(x[i], inner[i], fm, im)
+    if im[KIND] == SPLIT_UPPER:  # one loop per form of the near part: bound_pending branches on it
+        if im[NEAR_POWER] == 0:
+            for i in range(k):
+                x[i] = bound_pending(x[i], inner[i], fm, im)
+        else:
+            for i in range(k):
+                x[i] = bound_pending(x[i], inner[i], fm, im)
     elif direct:
         for i in range(k):
             x[i] = xp.exp(split_lower(x[i], inner[i], fm, im))

@@ -9,7 +9,9 @@ drivers and the table builders address ``fm`` and ``im`` by these names only.  T
   ``fm[TAIL_C], fm[TAIL_BETA]`` (left) and ``fm[TAIL_K], fm[TAIL_NU]`` (right);
 * a bound split at its saturation threshold (kinds :data:`SPLIT_LOWER`, :data:`SPLIT_UPPER`): the near part's ends
   ``fm[NEAR_LEFT:NEAR_SLOPE_RIGHT + 1]``, the threshold ``L* = fm[STAR_HI] + fm[STAR_LO]`` (double-double), the exponent
-  ``fm[GAMMA]``, and ``im[FAR_OCTAVES]``, ``im[FAR_CELLS]``, ``im[NEAR_OCTAVE]`` (the near grid's e_λ0);
+  ``fm[GAMMA]``, and ``im[FAR_OCTAVES]``, ``im[FAR_CELLS]``, ``im[NEAR_OCTAVE]`` (the near grid's e_λ0) and
+  ``im[NEAR_POWER]`` (the near part's stored function: 0 for :math:`G = \log u - \gamma\log\lambda`, k = 1 or 2
+  for :math:`H = u/\lambda^k`, γ = k);
 * a seed table (:mod:`.seeds`): kind 0, and its saturation band ``fm[SEED_SATURATED_TO]``,
   ``fm[SEED_UNDECIDED_TO]`` (the slots of the left tail, which a seed table has not).
 
@@ -32,7 +34,7 @@ KIND, SATURATED_LEFT, SATURATED_RIGHT, OCTAVE_A = 0, 1, 2, 3
 PLAIN_IM_SIZE = 4
 # im: tails (LEFT_TAIL 1: the left tail is used; RIGHT_TAIL: RIGHT_LOG or RIGHT_LINEAR) and a split bound's parts
 LEFT_TAIL, RIGHT_TAIL = 4, 5
-FAR_OCTAVES, FAR_CELLS, NEAR_OCTAVE = 6, 7, 11
+FAR_OCTAVES, FAR_CELLS, NEAR_POWER, NEAR_OCTAVE = 6, 7, 8, 11
 
 #: Entries of ``fm`` / ``im`` in the longest layout (a split bound with tails); :meth:`.grid.KernelBound.arrays`
 #: pads every bound to it with zeros (tail modes and split fields unused), and the Numba kernels copy them into

@@ -29,7 +29,7 @@ from .tabulated import (
     grid_size,
     n_octaves,
 )  # fmt: skip
-from .threshold import SPLIT_LOWER, SPLIT_UPPER, NearPart, SplitBound
+from .threshold import NEAR_POWERS, SPLIT_LOWER, SPLIT_UPPER, NearPart, SplitBound
 
 __all__ = [
     "bound_arrays",
@@ -74,6 +74,8 @@ def bound_arrays(side: str, bound) -> tuple[dict[str, np.ndarray], dict[str, Any
                        f"{side}_near_slopes": near.slopes, f"{side}_near_levels": near.levels.astype(np.float64)})
         meta[f"{side}_threshold"] = [bound.star_hi, bound.star_lo]
         meta[f"{side}_gamma"] = bound.gamma
+        if bound.near_power:
+            meta[f"{side}_near_power"] = bound.near_power
     if far.left_tail is not None:
         meta[f"{side}_left_tail"] = list(far.left_tail)
     if far.right_tail is not None:
@@ -91,10 +93,12 @@ SPLIT_DOC = (
 )
 
 
-def split_doc(linear_tail: bool) -> str:
-    """The metadata's description of split bounds and tails; the linear right tail is described only in a file
-    that has one (so the files of tables without it, the shipped ones among them, keep their bytes)."""
-    return SPLIT_DOC + (", or r = K + nu L where right_tail_mode is linear_r" if linear_tail else "")
+def split_doc(linear_tail: bool, near_power: bool = False) -> str:
+    """The metadata's description of split bounds and tails; the linear right tail and the near part storing
+    u / lambda^k are described only in a file that has them (so that other files keep their bytes)."""
+    power = "; where near_power is k (1 or 2), the near part stores H = u / lambda^k instead (gamma = k)"
+    return (SPLIT_DOC + (", or r = K + nu L where right_tail_mode is linear_r" if linear_tail else "")
+            + (power if near_power else ""))
 
 
 def bound_metadata(lower: TabulatedBound, upper: TabulatedBound) -> dict[str, Any]:
@@ -144,6 +148,10 @@ def split_from_arrays(side, arrays, meta):
     star_hi, star_lo = float(threshold[0]), float(threshold[1])
     if not (L_RANGE[0] <= star_hi <= L_RANGE[1] and abs(star_lo) <= 2 * np.spacing(star_hi) and 0 < gamma < 100):
         raise TableFileError(f"{side}: invalid threshold {threshold!r} or gamma {gamma!r}")
+    power = meta.get(f"{side}_near_power", 0)
+    if power != 0 and not (type(power) is int and power in NEAR_POWERS and gamma == power):
+        raise TableFileError(f"{side}_near_power must be one of {list(NEAR_POWERS)} and equal to gamma "
+                             f"({gamma!r}), got {power!r}")
     sat = meta["lower_saturated_at_or_above_L" if side == "lower" else "upper_saturated_at_or_below_L"]
     if sat is None or float(sat) != star_hi:
         raise TableFileError(f"{side} saturation threshold {sat!r} is not the split bound's threshold")
@@ -161,7 +169,7 @@ def split_from_arrays(side, arrays, meta):
     m = far.knots[-1] if side == "lower" else far.knots[0]
     if m != (star_hi / 2 if side == "lower" else min(2 * star_hi, L_RANGE[1] / 2)):
         raise TableFileError(f"{side}: the far part does not end at the split point")
-    return SplitBound(far, NearPart(nk, nv, ns, nl), kind, star_hi, star_lo, float(gamma))
+    return SplitBound(far, NearPart(nk, nv, ns, nl), kind, star_hi, star_lo, float(gamma), power)
 
 
 def check_near_grid(side: str, nk: np.ndarray, nl: np.ndarray) -> np.ndarray:

@@ -1,6 +1,7 @@
 r"""Building a bound split at its saturation threshold (kinds 4 and 5, :mod:`bandcore.tables.threshold`).
 
 The far part is refined in :math:`L` as a plain bound; the near part stores :math:`G = \log u - \gamma\log\lambda`
+(or :math:`H = e^G = u/\lambda^k` where γ is near an integer k, :func:`~bandcore.tables.threshold.near_power_of`)
 on octave cells of :math:`\lambda = |L - L^*|`, with values and slopes from the float64 solver above
 :math:`\lambda =` :data:`~bandcore.tables.threshold.TRUST` :math:`L^*` and from the 50-digit solve below it; the
 certificate's exact values near :math:`L^*` come from the same solve (:func:`exact_bound_log`).
@@ -40,6 +41,7 @@ from .threshold import (
     SplitBound,
     gamma_of,
     near_exact,
+    near_power_of,
     near_range,
     threshold_dd,
 )  # fmt: skip
@@ -71,11 +73,11 @@ def exact_bound_log(bound, div, delta, index, L, solve=None, cache=None) -> np.n
     return out
 
 
-def near_samples(div, delta, side, star, b, gamma, lam, solve, cache) -> tuple[np.ndarray, np.ndarray]:
+def near_samples(div, delta, side, star, b, gamma, lam, solve, cache, power=0) -> tuple[np.ndarray, np.ndarray]:
     r"""(G, dG/dλ) of a split bound's near part at the λ in ``lam`` (:mod:`bandcore.tables.threshold`), for the
     threshold ``star`` (mpf; ``b`` its saturated float): the float64 solver at :math:`L = L^* \mp \lambda`
     above λ = :data:`TRUST` b, the 50-digit solve below; ``cache`` maps λ to (log u, d log u/dλ) (nested grids
-    share their knots)."""
+    share their knots).  With ``power`` k (1 or 2; ``gamma`` is then k): (H, dH/dλ), H = e^G = u/λ^k."""
     index = 1 if side == "upper" else 0
     sign = -1.0 if side == "lower" else 1.0  # d lambda / dL
     trust = TRUST * b
@@ -114,7 +116,11 @@ def near_samples(div, delta, side, star, b, gamma, lam, solve, cache) -> tuple[n
                 cache[float(x)] = (float(tv), float(dv))
     t = np.array([cache[float(x)][0] for x in lam])
     dt = np.array([cache[float(x)][1] for x in lam])
-    return t - gamma * np.log(lam), sign * dt - gamma / lam
+    g, dg = t - gamma * np.log(lam), sign * dt - gamma / lam
+    if power:
+        h = np.exp(g)
+        return h, h * dg
+    return g, dg
 
 
 def build_split_bound(div, delta, side, target, solve, bar, threshold, left_log=False,
@@ -125,7 +131,9 @@ def build_split_bound(div, delta, side, target, solve, bar, threshold, left_log=
     index = 1 if side == "upper" else 0
     kind = SPLIT_LOWER if side == "lower" else SPLIT_UPPER
     star, star_lo, lam0 = threshold_dd(div, delta, side, threshold)
-    gamma = gamma_of(div, delta, side, star)
+    measured = gamma_of(div, delta, side, star)
+    power = near_power_of(measured)
+    gamma = float(power) if power else measured
     m, lam0, lam_m = near_range(kind, threshold, star_lo, lam0)
     far_a, far_b = (L_MIN_LOG if left_log else L_RANGE[0], m) if side == "lower" else (m, L_RANGE[1])
     far_kind = RATIO if side == "lower" else LOG_R
@@ -136,7 +144,7 @@ def build_split_bound(div, delta, side, target, solve, bar, threshold, left_log=
         return np.asarray(solve(-np.asarray(L, dtype=np.float64), div, delta)[index], dtype=np.float64)
 
     def near_values(lam):
-        return near_samples(div, delta, side, star, threshold, gamma, lam, solve, near_cache)
+        return near_samples(div, delta, side, star, threshold, gamma, lam, solve, near_cache, power)
 
     def exact_at(L, bound):
         return exact_bound_log(bound, div, delta, index, L, solve, exact_cache)
@@ -151,7 +159,8 @@ def build_split_bound(div, delta, side, target, solve, bar, threshold, left_log=
         nv, ns = near_values(near_knots)
         if not all(np.all(np.isfinite(v)) for v in (fv, fs, nv, ns)):
             raise ValueError(f"{div.name} {side} bound: non-finite value or slope near the threshold")
-        bound = SplitBound(far, NearPart(near_knots, nv, ns, near_levels.copy()), kind, threshold, star_lo, gamma)
+        near = NearPart(near_knots, nv, ns, near_levels.copy())
+        bound = SplitBound(far, near, kind, threshold, star_lo, gamma, power)
         xs = far.check_points(CHECK_S).ravel()
         far_err = rel_log_error(bound.log(xs), float_y(xs)).reshape(len(far_knots) - 1, -1).max(axis=1)
         lam = near_knots[:-1, None] + np.diff(near_knots)[:, None] * CHECK_S
@@ -175,7 +184,7 @@ def build_split_bound(div, delta, side, target, solve, bar, threshold, left_log=
                 f"knots split at the threshold (max error {worst:.2e}); pass a larger target"
             )
     far = with_tails(far, div, delta, index, left_log, right_mode)
-    bound = SplitBound(far, bound.near, kind, threshold, star_lo, gamma)
+    bound = SplitBound(far, bound.near, kind, threshold, star_lo, gamma, power)
     tail = tail_error(bound, div, delta, index)
     if tail > target / 2:
         raise TailError(f"{div.name} {side} bound at delta={delta}: tail error {tail:.2e} above the target")

@@ -262,7 +262,8 @@ class BandTable:
             arrays.update(side_arrays)
             extra.update(side_meta)
         if extra:  # a split bound or a tail: one description of them for both sides
-            extra["split_and_tails"] = split_doc(any(key.endswith("_right_tail_mode") for key in extra))
+            extra["split_and_tails"] = split_doc(any(key.endswith("_right_tail_mode") for key in extra),
+                                                 any(key.endswith("_near_power") for key in extra))
         metadata = {
             "table": "1d",
             "divergence": self.divergence_name,

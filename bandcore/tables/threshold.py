@@ -19,7 +19,9 @@ form :math:`\lambda^{\gamma}\,\phi(\log\lambda)` with slowly varying :math:`\phi
 which removes the power law: :math:`G = \log c - \log\log(1/\lambda) + o(1)` for a :math:`u \log u` term,
 :math:`G \to \log c` for a pure power.  :math:`\gamma` is the leading exponent, measured with the 50-digit solve at
 :math:`\lambda = 10^{-20}L^*` and :math:`10^{-24}L^*` and rounded to 3 decimals (it need not be exact: any
-residual :math:`(\gamma - \hat\gamma)\log\lambda` is as smooth on octave cells as the rest).
+residual :math:`(\gamma - \hat\gamma)\log\lambda` is as smooth on octave cells as the rest).  Where it is within
+0.05 of 1 or 2 (:func:`near_power_of`: reverse KL, Jensen–Shannon, TV, Hellinger, ...), a 1-D table's near part
+stores :math:`H = e^G = u/\lambda^k` with γ = k instead, which the kernels read with multiplications only.
 
 **Where the exact values come from.** Near :math:`L^*` the float64 bisection solver loses accuracy:
 :math:`g_f(p, r) - \delta \propto \lambda` is resolved only to the rounding of :math:`g_f`, so at
@@ -50,7 +52,8 @@ from ..kernels.slots import SPLIT_LOWER, SPLIT_UPPER
 from .evaluate import KernelBound, eval_log, octave_grid, octave_of
 from .limits import L_RANGE
 
-__all__ = ["DPS", "SPLIT_LOWER", "SPLIT_UPPER", "TRUST", "SplitBound", "gamma_of", "near_exact", "threshold_dd"]
+__all__ = ["DPS", "NEAR_POWERS", "NEAR_POWER_TOLERANCE", "SPLIT_LOWER", "SPLIT_UPPER", "TRUST", "SplitBound",
+           "gamma_of", "near_exact", "near_power_of", "threshold_dd"]
 
 #: kinds of a bound split at its threshold (see bandcore.kernels.lookup)
 #: decimal digits of the near-threshold solves
@@ -188,6 +191,23 @@ def gamma_of(div: Divergence, delta: float, side: str, star: mp.mpf) -> float:
     return round(float(gamma), 3)
 
 
+#: the integer exponents a near part can store H = u / λ^k for (the kernels read λ^k by multiplications), and
+#: how close the measured γ must be to one of them
+NEAR_POWERS, NEAR_POWER_TOLERANCE = (1, 2), 0.05
+
+
+def near_power_of(gamma: float) -> int:
+    r"""k where the measured exponent γ is within :data:`NEAR_POWER_TOLERANCE` of a k in :data:`NEAR_POWERS`, else 0.
+
+    The near part then stores :math:`H = u/\lambda^k = e^{G}` (with γ = k), which the kernels read with no
+    transcendental (:mod:`bandcore.kernels.lookup`).  A γ measured a little above 1 is the :math:`u \approx
+    c\lambda/\log(1/\lambda)` of a :math:`u\log u` term (reverse KL, Jensen–Shannon): with k = 1, H is
+    :math:`c/\log(1/\lambda)`, as smooth on octave cells of λ as G.  The certificate checks the result either
+    way."""
+    k = round(gamma)
+    return k if k in NEAR_POWERS and abs(gamma - k) <= NEAR_POWER_TOLERANCE else 0
+
+
 @dataclass(frozen=True)
 class NearPart:
     """The near part: knots in λ (an octave grid), G and dG/dλ, octave levels."""
@@ -200,8 +220,10 @@ class NearPart:
 
 @dataclass(frozen=True)
 class SplitBound:
-    """A bound split at its saturation threshold (kinds 4, 5): ``far`` (a :class:`TabulatedBound` in L with kind
-    1 or 0), ``near`` (:class:`NearPart` in λ), the double-double threshold ``star_hi + star_lo`` and ``gamma``."""
+    r"""A bound split at its saturation threshold (kinds 4, 5): ``far`` (a :class:`TabulatedBound` in L with kind
+    1 or 0), ``near`` (:class:`NearPart` in λ), the double-double threshold ``star_hi + star_lo`` and ``gamma``;
+    ``near_power`` k = 1 or 2 where the near part stores :math:`H = u/\lambda^k` (then γ = k), 0 where it stores
+    :math:`G = \log u - \gamma\log\lambda` (:func:`near_power_of`)."""
 
     far: object
     near: NearPart
@@ -209,6 +231,7 @@ class SplitBound:
     star_hi: float
     star_lo: float
     gamma: float
+    near_power: int = 0
 
     @property
     def saturated_left(self) -> bool:
@@ -260,7 +283,7 @@ class SplitBound:
         im[slots.OCTAVE_A] = far.imeta[slots.OCTAVE_A]
         im[[slots.LEFT_TAIL, slots.RIGHT_TAIL]] = self.far.tail_imeta()
         im[slots.FAR_OCTAVES], im[slots.FAR_CELLS] = len(far.off), len(far.cells)
-        im[slots.NEAR_OCTAVE] = near.imeta[slots.OCTAVE_A]
+        im[slots.NEAR_OCTAVE], im[slots.NEAR_POWER] = near.imeta[slots.OCTAVE_A], self.near_power
         off = np.concatenate([far.off, near.off + len(far.cells)])  # the near part's cells follow the far's
         levels = np.concatenate([far.levels, near.levels])
         cells = np.ascontiguousarray(np.concatenate([far.cells, near.cells]))

@@ -49,9 +49,10 @@ def test_numba_kernel_matches_numpy(name, n, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_ratio_output_is_exp_of_the_log_bounds(name, n, dtype):
     """``ratios=True`` (BandTable.__call__): within 2 ulp of NumPy's exp of the kernel's own log bounds (0 where a
-    lower bound saturates, NaN and inf where the log bounds are): the kernel's fast exp of them, or, in the far
-    part of a split lower bound (js, reverse KL, Hellinger), the r it stores; near its threshold and in reverse
-    KL's left tail (log p = 0), exp of the log bound."""
+    lower bound saturates, NaN and inf where the log bounds are): the kernel's fast exp of them, or, in a split
+    lower bound (js, reverse KL, Hellinger), the r its far part stores and the H lambda^k of its near part,
+    where the exp of the rounded log r is the less accurate one, by up to |log r| ulp; in reverse KL's left
+    tail (log p = 0), exp of the log bound."""
     table = BandTable.shipped(name, 0.05)
     log_p = _log_p(n, n + 1).astype(dtype)
     lower, upper = table.lower.kernel, table.upper.kernel
@@ -63,7 +64,8 @@ def test_ratio_output_is_exp_of_the_log_bounds(name, n, dtype):
             ref = np.exp(logs).astype(dtype)
             same = (got == ref) | (np.isnan(got) & np.isnan(ref))
             ulps = np.abs(got.astype(np.float64) - ref) / np.spacing(np.abs(ref).astype(dtype)).astype(np.float64)
-        assert np.all(same | (ulps <= 2.0)), (got[~same][:5], ref[~same][:5])
+        allowed = 2.0 + (np.abs(logs) if dtype == np.float64 else 0.0)  # float32: both round to the same ulp
+        assert np.all(same | (ulps <= allowed)), (got[~same][:5], ref[~same][:5])
     valid = ~(log_p > 1e-6)  # (the table's public call raises for them)
     ratio_lo, ratio_up = table(log_p[valid], backend="numba")
     assert np.array_equal(ratio_lo, got_lo[valid], equal_nan=True)

@@ -187,6 +187,20 @@ def _near_knots(change):
     return make
 
 
+def _near_meta(**meta):
+    """tv at 0.05 (its split lower bound's near part stores H = r / lambda) with its metadata changed (None:
+    the key dropped), the checksum recomputed."""
+
+    def make(path):
+        from bandcore.tables import write_table
+
+        arrays, metadata = BandTable.shipped("tv", 0.05).to_arrays()
+        metadata = {k: v for k, v in {**metadata, **meta}.items() if v is not None}
+        return write_table(path, arrays, metadata)
+
+    return make
+
+
 def test_2d_levels_are_limited_by_the_pieces_a_table_may_hold(tmp_path):
     """A split 2-D bound stores the levels of each of its δ-pieces (reverse KL's lower bound: 3 pieces with
     logarithmic tails, 3,069 levels); beyond MAX_PIECES pieces of MAX_OCTAVES levels a file is refused."""
@@ -228,6 +242,11 @@ HOSTILE = [
     ("near knots not positive", _near_knots(lambda k: k - k[0]), "near knots must be positive"),
     ("near knots beyond the range", _near_knots(lambda k: k * (1e4 / k[-1])), "at most 680"),
     ("near knots NaN", _near_knots(lambda k: np.where(k == k[-1], np.nan, k)), "non-finite table entries"),
+    ("near power 3", _near_meta(lower_near_power=3, lower_gamma=3.0), "lower_near_power must be one of [1, 2]"),
+    ("near power a string", _near_meta(lower_near_power="1"), "got '1'"),
+    ("near power a bool", _near_meta(lower_near_power=True), "got True"),
+    ("near power not gamma", _near_meta(lower_near_power=2), "equal to gamma (1.0), got 2"),
+    ("near power dropped", _near_meta(lower_near_power=None), "does not hold the Band"),
 ]
 
 

@@ -80,6 +80,49 @@ def test_split_table_round_trips_and_backends_agree(js, tmp_path):
         np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
 
 
+@pytest.mark.parametrize(("name", "powers"), [("js", (1, 1)), ("reverse_kl", (1, 1)), ("tv", (1, None)),
+                                            ("hellinger", (2, None)), ("alpha(0.7)", (0, None))])
+def test_near_parts_store_u_over_an_integer_power_of_lambda(name, powers):
+    """Where the measured exponent is within 0.05 of 1 or 2 the near part stores H = u / lambda^k (gamma = k):
+    the Numba kernel then reads a lower bound's ratios with no transcendental.  Its ratios equal the NumPy
+    reader's log bounds' exp, next to both thresholds and everywhere else; alpha(0.7) (gamma = 10/7) keeps G."""
+    table = BandTable.shipped(name, 0.05)
+    for bound, power in zip((table.lower, table.upper), powers, strict=True):
+        assert getattr(bound, "near_power", None) == power
+        if power:
+            assert bound.gamma == power
+    L = np.concatenate([_near_threshold(b.threshold, side) for b, side in ((table.lower, "lower"),
+                                                                           (table.upper, "upper"))
+                        if isinstance(b, SplitBound)] + [np.logspace(-300, 2.8, 3000)])  # fmt: skip
+    ratios = table(-L, backend="numba")
+    for got, log_want in zip(ratios, table.log(-L, backend="numpy"), strict=True):
+        assert np.array_equal(got == 0, np.isneginf(log_want))
+        with np.errstate(divide="ignore"):
+            assert rel_log_error(np.log(got), log_want).max() <= 1e-15  # r itself, or the exp of its log
+
+
+def test_near_power_of_the_measured_exponent():
+    from bandcore.tables.threshold import near_power_of
+
+    assert [near_power_of(g) for g in (1.0, 1.019, 0.96, 2.0, 2.04, 1.429, 3.0, 0.5, 1.06)] == [1, 1, 1, 2, 2, 0, 0,
+                                                                                                  0, 0]
+
+
+def test_a_near_part_storing_h_is_the_exp_of_g():
+    """H = u / lambda^k is e^G of the G-form samples at gamma = k, and its slope e^G dG/dlambda."""
+    from bandcore.tables.near import near_samples
+    from bandcore.tables.tabulated import exact_solver
+    from bandcore.tables.threshold import threshold_dd
+
+    div = BandTable.shipped("js", 0.05).divergence
+    star, _, _ = threshold_dd(div, 0.05, "lower", BandTable.shipped("js", 0.05).lower.threshold)
+    lam = np.array([1e-20, 1e-9, 1e-3, 0.5])
+    g, dg = near_samples(div, 0.05, "lower", star, float(star), 1.0, lam, exact_solver(), {})
+    h, dh = near_samples(div, 0.05, "lower", star, float(star), 1.0, lam, exact_solver(), {}, power=1)
+    np.testing.assert_allclose(h, np.exp(g), rtol=1e-15)
+    np.testing.assert_allclose(dh, np.exp(g) * dg, rtol=1e-15)
+
+
 def test_alpha_with_a_power_law_threshold_builds():
     """α = 0.7: r ~ λ^(1/0.7) at the lower threshold (refused before the split); γ is the exponent."""
     table = BandTable.shipped("alpha(0.7)", 0.1)
