@@ -14,8 +14,8 @@ DOCUMENTED = [
     ("within 2^-24 L* of it from a 50-digit solve", lambda: (threshold.TRUST, threshold.DPS), (2.0**-24, 50)),
     ("logarithmic tails: the grid starts at 2^-1022", lambda: tabulated.L_MIN_LOG, 2.0**-1022),
     ("delta pieces whose thresholds differ by at most a factor 1.5", lambda: split2d.PIECE_RATIO, 1.5),
-    ("where γ is within 0.05 of 1 or 2", lambda: (threshold.NEAR_POWER_TOLERANCE, threshold.NEAR_POWERS),
-     (0.05, (1, 2))),
+    ("where γ is within 0.5 of 1 or 2", lambda: (threshold.NEAR_POWER_TOLERANCE, threshold.NEAR_POWERS),
+     (0.5, (1, 2))),
 ]
 
 

@@ -81,11 +81,11 @@ def test_split_table_round_trips_and_backends_agree(js, tmp_path):
 
 
 @pytest.mark.parametrize(("name", "powers"), [("js", (1, 1)), ("reverse_kl", (1, 1)), ("tv", (1, None)),
-                                            ("hellinger", (2, None)), ("alpha(0.7)", (0, None))])
+                                            ("hellinger", (2, None)), ("alpha(0.7)", (1, None))])
 def test_near_parts_store_u_over_an_integer_power_of_lambda(name, powers):
-    """Where the measured exponent is within 0.05 of 1 or 2 the near part stores H = u / lambda^k (gamma = k):
-    the Numba kernel then reads a lower bound's ratios with no transcendental.  Its ratios equal the NumPy
-    reader's log bounds' exp, next to both thresholds and everywhere else; alpha(0.7) (gamma = 10/7) keeps G."""
+    """Where the measured exponent is within 0.5 of 1 or 2 the near part stores H = u / lambda^k (gamma = k in
+    the table; alpha(0.7), measured 10/7: k = 1): the Numba kernel then reads a lower bound's ratios with no
+    transcendental.  Its ratios equal the NumPy reader's log bounds' exp, next to both thresholds and elsewhere."""
     table = BandTable.shipped(name, 0.05)
     for bound, power in zip((table.lower, table.upper), powers, strict=True):
         assert getattr(bound, "near_power", None) == power
@@ -104,8 +104,8 @@ def test_near_parts_store_u_over_an_integer_power_of_lambda(name, powers):
 def test_near_power_of_the_measured_exponent():
     from bandcore.tables.threshold import near_power_of
 
-    assert [near_power_of(g) for g in (1.0, 1.019, 0.96, 2.0, 2.04, 1.429, 3.0, 0.5, 1.06)] == [1, 1, 1, 2, 2, 0, 0,
-                                                                                                  0, 0]
+    gammas = (1.0, 1.019, 0.96, 2.0, 2.04, 1.429, 0.5, 2.49, 0.49, 2.5, 3.0)
+    assert [near_power_of(g) for g in gammas] == [1, 1, 1, 2, 2, 1, 1, 2, 0, 0, 0]
 
 
 def test_a_near_part_storing_h_is_the_exp_of_g():
@@ -124,9 +124,14 @@ def test_a_near_part_storing_h_is_the_exp_of_g():
 
 
 def test_alpha_with_a_power_law_threshold_builds():
-    """α = 0.7: r ~ λ^(1/0.7) at the lower threshold (refused before the split); γ is the exponent."""
+    """α = 0.7: r ~ λ^(1/0.7) at the lower threshold (refused before the split); the measured γ is that exponent,
+    and the near part stores H = r / λ (k = 1, within 0.5 of γ)."""
+    from bandcore.tables.threshold import gamma_of, threshold_dd
+
     table = BandTable.shipped("alpha(0.7)", 0.1)
-    assert table.lower.kind == SPLIT_LOWER and abs(table.lower.gamma - 1 / 0.7) < 0.01
+    star, _, _ = threshold_dd(table.divergence, 0.1, "lower", table.lower.threshold)
+    assert abs(gamma_of(table.divergence, 0.1, "lower", star) - 1 / 0.7) < 0.01
+    assert table.lower.kind == SPLIT_LOWER and table.lower.near_power == 1 == table.lower.gamma
     L = _near_threshold(table.lower.threshold, "lower")
     exact = reference_band_log("alpha(0.7)", -L, 0.1)[0]
     assert rel_log_error(table.log(-L)[0], exact).max() <= table.max_rel_error
