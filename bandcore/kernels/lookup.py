@@ -39,8 +39,8 @@ towards the threshold.  :math:`L^*` is a double-double :math:`L^*_{hi} + L^*_{lo
 (L^*_{hi} - L) + L^*_{lo}` is exact to rounding even at the float next to :math:`L^*`.  The near part stores
 :math:`G = \log u - \gamma\log\lambda` with :math:`u = r` (lower) or :math:`u = 1 - q = 1 - pr` (upper) and
 :math:`\gamma` the leading exponent of :math:`u` in :math:`\lambda`; then :math:`\log r = G + \gamma\log\lambda`
-(lower) or :math:`L + \log(1 - e^{G + \gamma\log\lambda})` (upper).  Where :math:`\gamma` is an integer
-:math:`k \in \{1, 2\}` (``im[NEAR_POWER] = k``) it stores :math:`H = u/\lambda^k = e^G` instead: then
+(lower) or :math:`L + \log(1 - e^{G + \gamma\log\lambda})` (upper).  Where :math:`\gamma` is within ½ of
+:math:`k \in \{1, 2\}` (``im[NEAR_POWER] = k``) it stores :math:`H = u/\lambda^k` instead: then
 :math:`u = H\lambda^k` takes no transcendental, so a lower bound's ratio is read with none and its
 :math:`\log r` with one logarithm, an upper bound's with one ``log1p``.  The arrays hold both grids one after the
 other (the near part's ``off`` entries count its cells from the end of the far part's); ``fm`` and ``im`` are

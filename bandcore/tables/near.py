@@ -1,7 +1,7 @@
 r"""Building a bound split at its saturation threshold (kinds 4 and 5, :mod:`bandcore.tables.threshold`).
 
 The far part is refined in :math:`L` as a plain bound; the near part stores :math:`G = \log u - \gamma\log\lambda`
-(or :math:`H = e^G = u/\lambda^k` where γ is near an integer k, :func:`~bandcore.tables.threshold.near_power_of`)
+(or :math:`H = u/\lambda^k` where γ is within ½ of k = 1 or 2, :func:`~bandcore.tables.threshold.near_power_of`)
 on octave cells of :math:`\lambda = |L - L^*|`, with values and slopes from the float64 solver above
 :math:`\lambda =` :data:`~bandcore.tables.threshold.TRUST` :math:`L^*` and from the 50-digit solve below it; the
 certificate's exact values near :math:`L^*` come from the same solve (:func:`exact_bound_log`).

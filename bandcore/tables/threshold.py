@@ -20,7 +20,7 @@ which removes the power law: :math:`G = \log c - \log\log(1/\lambda) + o(1)` for
 :math:`G \to \log c` for a pure power.  :math:`\gamma` is the leading exponent, measured with the 50-digit solve at
 :math:`\lambda = 10^{-20}L^*` and :math:`10^{-24}L^*` and rounded to 3 decimals (it need not be exact: any
 residual :math:`(\gamma - \hat\gamma)\log\lambda` is as smooth on octave cells as the rest).  Where it is within
-0.5 of 1 or 2 (:func:`near_power_of`: every catalogue divergence, the α-family for α > 0.4), a 1-D table's near
+0.5 of 1 or 2 (:func:`near_power_of`: every split bound of the catalogue, the α-family for α > 0.4), a 1-D table's near
 part stores :math:`H = u/\lambda^k` instead, which the kernels read with multiplications only.
 
 **Where the exact values come from.** Near :math:`L^*` the float64 bisection solver loses accuracy:
