@@ -92,7 +92,7 @@ def _compiled(source: str | None, name: str, where: str, namespace: dict[str, An
 class _PointCache:
     """What a plan's functions compute at one point (x, L, u), for the last point asked: the masks of the Taylor
     and the far form (``near``: |x| < radius, ``beyond``: x > far_x), whether any element lies in each
-    (``xp.any_true``), the far form's t = 1/u and 1 - t, and the shared transcendental calls
+    (``xp.any_true``), the far form's t = 1/u and 1 - t where it is computed, and the shared transcendental calls
     (:mod:`.shared_calls`).  The functions of a side are evaluated at the same point one after the other (phi_r
     and dphi_r at r's cells, f_s and k_s at s's), so the second reads them from the first; a point is the same by
     the identity of its arrays, which the solvers never write to.  The last point is let go when a pass over the
@@ -121,13 +121,19 @@ class _PointCache:
             values["|near"] = mask, self.xp.any_true(mask)
         return values["|near"]
 
-    def beyond(self, x: Any, u: Any, values: dict[str, Any]) -> tuple[Any, bool, Any, Any]:
-        """(x > far_x, whether any element is, t = 1/u, 1 - t) at the point of ``values``."""
+    def beyond(self, x: Any, values: dict[str, Any]) -> tuple[Any, bool]:
+        """(x > far_x, whether any element is) at the point of ``values``."""
         if "|beyond" not in values:
             mask = x > self.far_x
-            t = 1.0 / u
-            values["|beyond"] = mask, self.xp.any_true(mask), t, 1.0 - t
+            values["|beyond"] = mask, self.xp.any_true(mask)
         return values["|beyond"]
+
+    def far_point(self, u: Any, values: dict[str, Any]) -> tuple[Any, Any]:
+        """(t = 1/u, 1 - t) at the point of ``values``: the far form's arguments, computed only where it is."""
+        if "|far" not in values:
+            t = 1.0 / u
+            values["|far"] = t, 1.0 - t
+        return values["|far"]
 
 
 def _side_function(fn: GeneratedFunction, plan: SolverPlan, namespace: dict[str, Any], cache: _PointCache
@@ -153,9 +159,9 @@ def _side_function(fn: GeneratedFunction, plan: SolverPlan, namespace: dict[str,
             if any_near:
                 value = xp.where(near, taylor(x, values), value)
         if far is not None:
-            beyond, any_beyond, t, one_minus_t = cache.beyond(x, u, values)
+            beyond, any_beyond = cache.beyond(x, values)
             if any_beyond:
-                value = xp.where(beyond, far(t, one_minus_t, log_u, x, values), value)
+                value = xp.where(beyond, far(*cache.far_point(u, values), log_u, x, values), value)
                 value = xp.where(xp.logical_and(u == math.inf, xp.isnan(value)), at_infinity, value)  # 0*log(inf)
         return value
 

@@ -47,7 +47,8 @@ def _points(radius: float, far_x: float) -> dict[str, np.ndarray]:
     return {
         "near only": rng.uniform(-0.9, 0.9, 257) * radius,
         "closed only": rng.uniform(1.5 * radius, 0.9 * far_x, 257),
-        "far only": far_x * (1.0 + rng.exponential(30.0, 257)),
+        # far_x is measured per generator (up to ~1e308): the points lie between it and the largest float
+        "far only": np.exp(rng.uniform(np.log(far_x) + 1e-12, np.log(np.finfo(float).max), 257)),
         "negative, no form": -rng.uniform(1.5 * radius, 0.99, 257),
         "mixed": np.concatenate([rng.uniform(-0.99, 0.0, 100), rng.exponential(3.0, 100), [0.0, np.inf, np.nan]]),
     }

@@ -14,8 +14,9 @@ with :math:`\Phi(u) = \tilde f(u)/u` (so that :math:`p\tilde f(r) = q\Phi(r)` ne
 :math:`\Phi, \tilde f'` (r side) and :math:`\tilde f, u\tilde f'` (s side) as functions of three accurate
 inputs ``(x, L, u)`` with :math:`x = u - 1`, :math:`L = \log u`, and a Taylor polynomial in :math:`x` of
 each, used for :math:`|x| <` :data:`TAYLOR_RADIUS` where the closed expression cancels; on the r side a third
-form in :math:`t = 1/u`, :math:`y = 1 - t = x/u` is used for :math:`u > 2` (``x**2/u`` would overflow at
-:math:`u \sim 10^{155}` while :math:`r` reaches :math:`1/p \sim 10^{304}`).
+form in :math:`t = 1/u`, :math:`y = 1 - t = x/u` is used beyond a switch ``far_x`` >= 1 (``x**2/u`` would
+overflow at :math:`u \sim 10^{155}` while :math:`r` reaches :math:`1/p \sim 10^{304}`): the largest x up to
+which the closed forms were measured as accurate (:mod:`.far_threshold`).
 
 Rules of the rewriting (each one for a numerical reason):
 
@@ -64,6 +65,7 @@ from ...divergences import Divergence
 from ...plan import VECTORISED_NAMES, GeneratedFunction
 from ..generator_facts.mpmath_g import checked_facts, refuse_unless_done
 from ..generator_facts.symbolic import U, on_side
+from .far_threshold import FAR_X, far_threshold
 from .overflow import safe_log_abs, safe_value
 from .selects import X, holds_near_one, last_piece, pieces_of, selected
 
@@ -78,9 +80,6 @@ L, UU, T, Y = sp.symbols("L u t y", real=True)
 TAYLOR_ORDER = 16
 TAYLOR_RADIUS = 0.1
 
-#: On the r side, x above this uses the expression in t = 1/u, y = 1 - t (no overflow, even at u = inf).
-FAR_X = 1.0
-
 
 
 @dataclass(frozen=True)
@@ -90,13 +89,14 @@ class SideFunction:
     name: str
     closed: sp.Expr
     taylor: sp.Expr | None  # polynomial in x (Horner form) or None
-    far: sp.Expr | None  # r side only: the expression in (t, y, L), used for x > FAR_X
+    far: sp.Expr | None  # r side only: the expression in (t, y, L), used for x > the generator's far_x
     at_infinity: float | None = None  # r side only: limit u -> oo (where ``far`` is NaN at u = inf)
 
-    def math_source(self) -> str:
+    def math_source(self, far_x: float = FAR_X) -> str:
         """Python source of ``name(x, L, u)`` for the Numba backend's generated module: every branch computed and
         chosen by ``xp.where`` (a select, so a compiler can vectorise the caller's loop), exp/log/sqrt from
-        ``xp`` (the generated module's scalar namespace), any other function from ``math``."""
+        ``xp`` (the generated module's scalar namespace), any other function from ``math``; the far form for
+        x > ``far_x``."""
         lines = [f"def {self.name}(x, L, u):"]
         lines += _cse_lines(self.closed, "c_", indent=4, result="value")
         if self.far is not None:
@@ -104,7 +104,7 @@ class SideFunction:
             lines += _cse_lines(self.far, "f_", indent=4, result="far")
             lines.append(f"    far = xp.where(xp.logical_and(xp.isnan(far), u == xp.inf), "
                          f"{_float_literal(self.at_infinity)}, far)  # e.g. 0*log(inf): the limit")
-            lines.append(f"    value = xp.where(x > {FAR_X!r}, far, value)")
+            lines.append(f"    value = xp.where(x > {far_x!r}, far, value)")
         if self.taylor is not None:
             lines.append(f"    value = xp.where(xp.abs(x) < {TAYLOR_RADIUS!r}, {_pycode(self.taylor)}, value)")
         lines.append("    return value")
@@ -148,6 +148,8 @@ class GeneratorFunctions:
         :math:`\tilde f''(1)` (0 for a kink).
     kink : float
         :math:`\tilde f'(1^+) - \tilde f'(1^-)` (TV: 1; 0 for smooth generators).
+    far_x : float
+        The x above which the r-side functions take their far form (:mod:`.far_threshold`).
     """
 
     divergence: Divergence
@@ -163,6 +165,7 @@ class GeneratorFunctions:
     slope_at_infinity: float
     f2: float
     kink: float
+    far_x: float = FAR_X
 
     @property
     def functions(self) -> tuple[SideFunction, ...]:
@@ -172,7 +175,7 @@ class GeneratorFunctions:
     def math_source(self) -> str:
         """Source of the scalar functions (select form, see :meth:`SideFunction.math_source`) for the Numba
         backend's generated module."""
-        return "\n\n".join(fn.math_source() for fn in self.functions)
+        return "\n\n".join(fn.math_source(self.far_x) for fn in self.functions)
 
     def key(self) -> str:
         """A stable identifier of the generated code (used to name cached modules)."""
@@ -567,6 +570,7 @@ def _generator_functions(div: Divergence) -> GeneratorFunctions:
         slope_at_infinity=_to_float(known.slope_at_infinity),
         f2=f2,
         kink=_to_float(right - left),
+        far_x=far_threshold(f, tuple((_closed_source(fn), _far_source(fn)) for fn in (phi_r, dphi_r))),
     )
 
 
@@ -582,14 +586,22 @@ def _vectorised_source(expr: sp.Expr, args, name: str, cse: bool) -> str:
     return source.replace("def _lambdifygenerated(", f"def {name}(", 1)
 
 
-def generated_function(fn: SideFunction) -> GeneratedFunction:
-    """``fn`` as the plan carries it: its select-form source (compiled backends) and its closed, Taylor and far
-    forms as vectorised sources (NumPy, torch)."""
+def _closed_source(fn: SideFunction) -> str:
+    return _vectorised_source(fn.closed, (X, L, UU), "closed", cse=True)
+
+
+def _far_source(fn: SideFunction) -> str | None:
+    return None if fn.far is None else _vectorised_source(fn.far, (T, Y, L, X), "far", cse=True)
+
+
+def generated_function(fn: SideFunction, far_x: float = FAR_X) -> GeneratedFunction:
+    """``fn`` as the plan carries it: its select-form source (compiled backends; the far form beyond ``far_x``)
+    and its closed, Taylor and far forms as vectorised sources (NumPy, torch)."""
     return GeneratedFunction(
         name=fn.name,
-        select_source=fn.math_source(),
-        closed=_vectorised_source(fn.closed, (X, L, UU), "closed", cse=True),
+        select_source=fn.math_source(far_x),
+        closed=_closed_source(fn),
         taylor=None if fn.taylor is None else _vectorised_source(fn.taylor, X, "taylor", cse=False),
-        far=None if fn.far is None else _vectorised_source(fn.far, (T, Y, L, X), "far", cse=True),
+        far=_far_source(fn),
         at_infinity=None if fn.at_infinity is None else float(fn.at_infinity),
     )

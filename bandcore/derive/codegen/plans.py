@@ -97,7 +97,7 @@ def build_plan(div: Divergence, *, generic: bool = False) -> SolverPlan:
     """Derive the plan of ``div`` with SymPy: its solver kind (a generator equal to KL's, TV's or Pearson's up to
     the affine terms gets their dedicated solver) and, for the generic solver, its functions and constants
     (:mod:`.kernel_functions`)."""
-    from .kernel_functions import FAR_X, TAYLOR_RADIUS, generated_function, generator_functions
+    from .kernel_functions import TAYLOR_RADIUS, generated_function, generator_functions
 
     kind = "generic" if generic else _kind_of(div)
     if kind != "generic":
@@ -107,13 +107,13 @@ def build_plan(div: Divergence, *, generic: bool = False) -> SolverPlan:
         name=div.name,
         formula=div.formula,
         kind="generic",
-        functions=tuple(generated_function(fn) for fn in functions.functions),
+        functions=tuple(generated_function(fn, functions.far_x) for fn in functions.functions),
         f_at_zero=float(functions.f_at_zero),
         slope_at_infinity=float(functions.slope_at_infinity),
         f2=float(functions.f2),
         kink=float(functions.kink),
         taylor_radius=float(TAYLOR_RADIUS),
-        far_x=float(FAR_X),
+        far_x=float(functions.far_x),
         seed_key=functions.key(),
     )
 
