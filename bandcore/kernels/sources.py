@@ -83,9 +83,38 @@ def vectorised_module(modules: tuple[ModuleType, ...], xp: Any, name: str, given
 
 
 def compile_for(xp: Any, source: str, filename: str) -> CodeType:
-    """``source`` compiled to run on namespace ``xp``: where ``xp`` has ``muladd`` (torch), its multiply-adds fused
-    first (:func:`fuse_multiply_adds`)."""
-    return compile(fuse_multiply_adds(source) if hasattr(xp, "muladd") else source, filename, "exec")
+    """``source`` compiled to run on namespace ``xp``: where ``xp`` has ``integer_power`` (NumPy, torch), its
+    integer powers rewritten to it (:func:`integer_powers`); where it has ``muladd`` (torch), its multiply-adds
+    fused (:func:`fuse_multiply_adds`)."""
+    tree = ast.parse(source)
+    if hasattr(xp, "integer_power"):
+        tree = _IntegerPowers().visit(tree)
+    if hasattr(xp, "muladd"):
+        tree = _MultiplyAdds().visit(tree)
+    return compile(ast.fix_missing_locations(tree), filename, "exec")
+
+
+#: The integer exponents :func:`integer_powers` rewrites (a**2 is a product already in NumPy and torch).
+INTEGER_POWERS = range(3, 33)
+
+
+def integer_powers(source: str) -> ast.Module:
+    """``source`` parsed, with every ``a ** n`` for an integer literal n in :data:`INTEGER_POWERS` replaced by
+    ``xp.integer_power(a, n)`` (repeated squaring, not a general ``pow``).  Line numbers are kept."""
+    return ast.fix_missing_locations(_IntegerPowers().visit(ast.parse(source)))
+
+
+class _IntegerPowers(ast.NodeTransformer):
+    """The rewrite of :func:`integer_powers`."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        exponent = node.right
+        if (isinstance(node.op, ast.Pow) and isinstance(exponent, ast.Constant) and type(exponent.value) is int
+                and exponent.value in INTEGER_POWERS):  # fmt: skip
+            function = ast.Attribute(ast.Name("xp", ast.Load()), "integer_power", ast.Load())
+            return ast.copy_location(ast.Call(function, [node.left, exponent], []), node)
+        return node
 
 
 def fuse_multiply_adds(source: str) -> ast.Module:
