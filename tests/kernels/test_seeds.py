@@ -205,3 +205,24 @@ def test_torch_fallback_runs_once_per_call_and_matches_numpy(name):
     np.testing.assert_array_equal(st_t.numpy(), st_n)
     np.testing.assert_allclose(lo_t.numpy(), lo_n, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(up_t.numpy(), up_n, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["kl", "js"])
+def test_seed_cell_from_bits_is_the_grid_cell(name):
+    """The seed read finds L's cell from its bits alone (``seed_index``): the cell the grid's own lookup finds with
+    its octave's gathers, for every L in the table's range and next to its cells' edges (outside the range the
+    table's ends replace the cell's cubic)."""
+    from bandcore.kernels.grid import KernelBound
+    from bandcore.kernels.lookup import cell_of
+    from bandcore.kernels.slots import OCTAVE_A
+    from bandcore.kernels.solvers.common import seed_index
+
+    plan = _plan(bc.resolve(name))
+    table: KernelBound = backends.seed(plan, 0.05)
+    fm, im, off, shift, cells = table.numpy_arrays()
+    a, b = seeds.SEED_RANGE
+    knots = seeds.seed_knots()[0]
+    L = np.concatenate([np.exp(np.random.default_rng(1).uniform(np.log(a), np.log(b), 20_000)), knots,
+                        np.nextafter(knots[1:], 0.0), np.nextafter(knots[:-1], np.inf)])  # fmt: skip
+    want = cell_of(L, im[OCTAVE_A], 0, off, shift, cells.shape[0])
+    np.testing.assert_array_equal(seed_index(L, (fm, im, off, shift, cells), cells.shape[0]), want)

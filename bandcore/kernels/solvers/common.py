@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bandcore._contract import LOG_P_TOLERANCE as TOL  # absolute: kept in every bound copy of this source
 
-from ..lookup import cell_of, cubic, ends
+from ..lookup import cubic, ends
 from ..ops import numpy_ops as xp  # rebound per backend by ..sources
 from ..slots import (
     F_LEFT,
@@ -102,7 +102,17 @@ def seed_log_w(L, seed, inner=None):
 def seed_cell(L, seed):
     """The cubic of the seed table's cell that holds L (clamped to the table): all the gathers of a seed read."""
     cells = seed[4]
-    return cubic(L, cells, cell_of(L, seed[1][OCTAVE_A], 0, seed[2], seed[3], cells.shape[0]))
+    return cubic(L, cells, seed_index(L, seed, cells.shape[0]))
+
+
+def seed_index(L, seed, n_cells):
+    """The index of L's cell in a seed table from L's bits alone, without :func:`..lookup.cell_of`'s gathers of
+    its octave's ``off`` and ``shift``: a seed table has one level in all its octaves and starts on an octave, so
+    the cell is off[0] + (octave - first octave) 2^level + the top ``level`` mantissa bits = (bits >> shift) - base
+    (the cell the compiled drivers' ``seed_cell_of`` reads), clamped to the cells."""
+    shift = seed[3][0]
+    base = ((1023 + seed[1][OCTAVE_A]) << (52 - shift)) - seed[2][0]
+    return xp.minimum(xp.maximum((xp.float_bits(L) >> shift) - base, 0), n_cells - 1)
 
 
 def seed_offset(L, seed):
