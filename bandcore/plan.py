@@ -23,10 +23,12 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 __all__ = ["GENERATOR_FUNCTIONS", "PLAN_FORMAT", "SOLVER_KINDS", "VECTORISED_NAMES", "GeneratedFunction", "PlanError",
-           "SolverPlan", "check_source"]  # fmt: skip
+           "SolverPlan", "check_source", "variadic"]  # fmt: skip
 
 #: Version of the plan's layout; a plan file of another version is derived again.
 PLAN_FORMAT = 1
@@ -39,6 +41,18 @@ GENERATOR_FUNCTIONS = ("phi_r", "dphi_r", "f_s", "k_s", "log_f_s", "log_k_s", "l
 #: The names the vectorised sources may call (bound by :mod:`bandcore.kernels` to its element-wise namespace)
 VECTORISED_NAMES = ("exp", "log", "sqrt", "Abs", "abs", "pi", "E", "log1p", "expm1", "xp", "max", "min", "sinh", "cosh",
                     "tanh", "asinh", "acosh", "atanh")  # fmt: skip
+
+
+def variadic(pairwise: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    """The printed ``max(a, b, c)``/``min`` of a source (SymPy's Max, Min) as an element-wise function, from a
+    pairwise one (``np.maximum``, ``xp.minimum``)."""
+
+    def reduce(first: Any, *rest: Any) -> Any:
+        for value in rest:
+            first = pairwise(first, value)
+        return first
+
+    return reduce
 
 
 class PlanError(ValueError):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..plan import VECTORISED_NAMES, GeneratedFunction, SolverPlan
+from ..plan import VECTORISED_NAMES, GeneratedFunction, SolverPlan, variadic
 from . import lookup, solvers
 from .ops import numpy_ops, torch_ops
 from .shared_calls import HELPER, share_calls, shared
@@ -56,22 +56,11 @@ def release_point(module: ModuleType) -> None:
         cache.last = None
 
 
-def _elementwise(pairwise: Callable) -> Callable:
-    """A variadic element-wise max/min (the printed ``max(a, b, c)`` of SymPy's Max) from a pairwise one."""
-
-    def reduce(first, *rest):
-        for value in rest:
-            first = pairwise(first, value)
-        return first
-
-    return reduce
-
-
 def _namespace(xp: Any) -> dict[str, Any]:
     """What the vectorised sources of a plan call (:data:`bandcore.plan.VECTORISED_NAMES`), on ``xp``."""
     names = {"exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "Abs": xp.abs, "abs": xp.abs, "pi": math.pi, "E": math.e,
-             "log1p": xp.log1p, "expm1": xp.expm1, "xp": xp, "max": _elementwise(xp.maximum),
-             "min": _elementwise(xp.minimum),
+             "log1p": xp.log1p, "expm1": xp.expm1, "xp": xp, "max": variadic(xp.maximum),
+             "min": variadic(xp.minimum),
              **{name: getattr(xp, name) for name in ("sinh", "cosh", "tanh", "asinh", "acosh", "atanh")}}  # fmt: skip
     assert set(names) == set(VECTORISED_NAMES)
     return {**names, "builtins": builtins, "range": range, HELPER: shared}

@@ -28,6 +28,7 @@ import mpmath as mp
 import numpy as np
 import sympy as sp
 
+from ...plan import VECTORISED_NAMES, variadic
 from ..generator_facts.budget import bounded
 from ..generator_facts.symbolic import U
 
@@ -52,21 +53,12 @@ def _numpy_namespace() -> dict[str, Any]:
     """What a printed form calls (:data:`bandcore.plan.VECTORISED_NAMES`), on NumPy float64 arrays."""
     xp = SimpleNamespace(where=np.where, logical_and=np.logical_and, logical_or=np.logical_or,
                          logical_not=np.logical_not, minimum=np.minimum, maximum=np.maximum, abs=np.abs)  # fmt: skip
-    return {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "Abs": np.abs, "abs": np.abs, "pi": math.pi, "E": math.e,
-            "log1p": np.log1p, "expm1": np.expm1, "xp": xp, "max": _folded(np.maximum), "min": _folded(np.minimum),
-            "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh,
-            "atanh": np.arctanh}  # fmt: skip
-
-
-def _folded(pairwise: Callable) -> Callable:
-    """A variadic element-wise max/min (SymPy's printed ``max(a, b, c)``) from a pairwise one."""
-
-    def reduce(first: Any, *rest: Any) -> Any:
-        for value in rest:
-            first = pairwise(first, value)
-        return first
-
-    return reduce
+    names = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "Abs": np.abs, "abs": np.abs, "pi": math.pi, "E": math.e,
+             "log1p": np.log1p, "expm1": np.expm1, "xp": xp, "max": variadic(np.maximum), "min": variadic(np.minimum),
+             "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh,
+             "atanh": np.arctanh}  # fmt: skip
+    assert set(names) == set(VECTORISED_NAMES)
+    return names
 
 
 def _compiled(source: str, name: str) -> Callable:

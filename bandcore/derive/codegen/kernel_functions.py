@@ -65,11 +65,11 @@ from ...divergences import Divergence
 from ...plan import VECTORISED_NAMES, GeneratedFunction
 from ..generator_facts.mpmath_g import checked_facts, refuse_unless_done
 from ..generator_facts.symbolic import U, on_side
-from .far_threshold import FAR_X, far_threshold
+from .far_threshold import far_threshold
 from .overflow import safe_log_abs, safe_value
 from .selects import X, holds_near_one, last_piece, pieces_of, selected
 
-__all__ = ["FAR_X", "TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generated_function", "generator_functions"]
+__all__ = ["TAYLOR_ORDER", "TAYLOR_RADIUS", "GeneratorFunctions", "generated_function", "generator_functions"]
 
 #: Symbols of the generated functions: x = u - 1, L = log u, u; and t = 1/u, y = x/u (far branch, u > 2).
 L, UU, T, Y = sp.symbols("L u t y", real=True)
@@ -92,7 +92,7 @@ class SideFunction:
     far: sp.Expr | None  # r side only: the expression in (t, y, L), used for x > the generator's far_x
     at_infinity: float | None = None  # r side only: limit u -> oo (where ``far`` is NaN at u = inf)
 
-    def math_source(self, far_x: float = FAR_X) -> str:
+    def math_source(self, far_x: float) -> str:
         """Python source of ``name(x, L, u)`` for the Numba backend's generated module: every branch computed and
         chosen by ``xp.where`` (a select, so a compiler can vectorise the caller's loop), exp/log/sqrt from
         ``xp`` (the generated module's scalar namespace), any other function from ``math``; the far form for
@@ -165,7 +165,7 @@ class GeneratorFunctions:
     slope_at_infinity: float
     f2: float
     kink: float
-    far_x: float = FAR_X
+    far_x: float
 
     @property
     def functions(self) -> tuple[SideFunction, ...]:
@@ -594,7 +594,7 @@ def _far_source(fn: SideFunction) -> str | None:
     return None if fn.far is None else _vectorised_source(fn.far, (T, Y, L, X), "far", cse=True)
 
 
-def generated_function(fn: SideFunction, far_x: float = FAR_X) -> GeneratedFunction:
+def generated_function(fn: SideFunction, far_x: float) -> GeneratedFunction:
     """``fn`` as the plan carries it: its select-form source (compiled backends; the far form beyond ``far_x``)
     and its closed, Taylor and far forms as vectorised sources (NumPy, torch)."""
     return GeneratedFunction(
