@@ -1,6 +1,7 @@
-"""The :mod:`.numba_ops` names with exp, expm1, exp_ratio, log and log1p written out (range reduction + polynomial
-fits of e^r and atanh, <= 2 ulp, every branch a select) so that LLVM vectorises a loop over them; libm calls would
-not vectorise and cost 4-5x more.  Every generated solver module of the Numba backend uses them."""
+"""The :mod:`.numba_ops` names with exp, expm1, expm1_phi, exp_ratio, log, log1p and log1p_phi written out (range
+reduction + polynomial fits of e^r and atanh, <= 2 ulp, every branch a select) so that LLVM vectorises a loop over
+them; libm calls would not vectorise and cost 4-5x more.  Every generated solver module of the Numba backend uses
+them."""
 
 from __future__ import annotations
 
@@ -54,9 +55,9 @@ ATANH_P = (0.07308224843200398, 0.07665860800223112, 0.09091444562632513, 0.1111
 
 
 @njit(**_JIT)
-def _expm1_poly(x):
-    """e^x - 1 = x + x^2/2 + x^3 Q(x) for |x| <= ln2/2 (:data:`EXPM1_Q`), Horner written out (a loop over the
-    coefficients would not vectorise)."""
+def _expm1_q(x):
+    """Q(x) of :data:`EXPM1_Q` for |x| <= ln2/2, Horner written out (a loop over the coefficients would not
+    vectorise)."""
     c = EXPM1_Q
     q = c[0] * x + c[1]
     q = q * x + c[2]
@@ -66,8 +67,13 @@ def _expm1_poly(x):
     q = q * x + c[6]
     q = q * x + c[7]
     q = q * x + c[8]
-    q = q * x + c[9]
-    return ((q * x + 0.5) * x + 1.0) * x
+    return q * x + c[9]
+
+
+@njit(**_JIT)
+def _expm1_poly(x):
+    """e^x - 1 = x + x^2/2 + x^3 Q(x) for |x| <= ln2/2 (:data:`EXPM1_Q`)."""
+    return ((_expm1_q(x) * x + 0.5) * x + 1.0) * x
 
 
 @njit(**_JIT)
@@ -105,6 +111,17 @@ def expm1(x):
     mid = scale * t + (scale - 1.0)
     value = mid if math.fabs(n) <= 53.0 else _scaled(t + 1.0, np.int64(n)) - 1.0
     return value if x >= -746.0 else (-1.0 if x < -746.0 else x)
+
+
+@njit(**_JIT)
+def expm1_phi(x):
+    """(e^x - 1, e^x - 1 - x), the second without cancellation: where the reduction leaves r = x (n = 0, |x| <=
+    ln2/2) it is x^2 (1/2 + x Q(x)), :func:`expm1`'s polynomial without its linear term (the same Q, which LLVM
+    computes once for both); elsewhere (e^x - 1) - x, which cancels at most ~6x there (|x| > 0.34)."""
+    n, r, _ = _reduce(x)
+    em = expm1(x)
+    tail = (_expm1_q(r) * r + 0.5) * (r * r)
+    return em, (tail if n == 0.0 else em - x)
 
 
 @njit(**_JIT)

@@ -11,14 +11,14 @@ names, and bound (:mod:`.sources`) to one of:
   ``float_bits`` needs ``jax_enable_x64``); the JAX table reader (:mod:`bandcore.tables.jax_reader`) binds
   :mod:`.lookup` to it.
 
-Names: ``exp log log1p log1p_phi expm1 exp_ratio sqrt abs where minimum maximum logaddexp isfinite isnan logical_and
-logical_or logical_not all_true floor_int float_bits take take_column inf nan`` (``float_bits``: a float64's bits as an
-int64; ``take(a, i)`` is ``a[i]`` and ``take_column(a, i, k)`` is ``a[i, k]``, gathers by an index array, which torch
-runs as ``index_select``, about 3x faster on the CPU than its advanced indexing) and, for
-generated generator functions, the hyperbolic functions ``sinh cosh tanh asinh acosh atanh``.
+Names: ``exp log log1p log1p_phi expm1 expm1_phi exp_ratio sqrt abs where minimum maximum logaddexp isfinite isnan
+logical_and logical_or logical_not all_true floor_int float_bits take take_column inf nan`` (``float_bits``: a float64's
+bits as an int64; ``take(a, i)`` is ``a[i]`` and ``take_column(a, i, k)`` is ``a[i, k]``, gathers by an index array,
+which torch runs as ``index_select``, about 3x faster on the CPU than its advanced indexing) and, for generated
+generator functions, the hyperbolic functions ``sinh cosh tanh asinh acosh atanh``.
 ``exp_ratio(x, c)`` is exp(x)/c, also where exp(x) overflows and the quotient does not (c a positive float);
-``log1p_phi(x, u)`` is (log1p(x), x - log1p(x)) for u = fl(1 + x), without cancellation (the solvers; not in the JAX
-namespace, which reads tables only).
+``log1p_phi(x, u)`` is (log1p(x), x - log1p(x)) for u = fl(1 + x) and ``expm1_phi(x)`` (expm1(x), expm1(x) - x), both
+without cancellation (the solvers; not in the JAX namespace, which reads tables only).
 ``muladd(c, a, b, sign=1.0)`` (torch only) is c + sign·a·b in one operation: the torch binding of the sources
 has each ``c + a*b``, ``a*b + c``, ``c - a*b`` and ``a*b - k`` (k a number) rewritten to it
 (:func:`.sources.fuse_multiply_adds`), so that a Horner polynomial costs one operation a degree, not two.
@@ -93,6 +93,27 @@ def _log1p_phi(ns: SimpleNamespace):
     return log1p_phi
 
 
+#: 1/k! for k = 16 down to 2: e^x - 1 - x = x^2 sum_{k>=2} x^(k-2)/k!, truncated after x^16 (relative error below
+#: 1e-17 for |x| < 0.35)
+_EXP_TAIL = tuple(1.0 / math.factorial(k) for k in range(16, 1, -1))
+
+
+def _expm1_phi(ns: SimpleNamespace):
+    """``expm1_phi(x)`` on namespace ``ns``: (e^x - 1, e^x - 1 - x), the second from its Taylor series for
+    |x| < 0.35 (as Numba's: where its reduction leaves r = x), elsewhere (e^x - 1) - x (cancelling <= ~6x)."""
+
+    def expm1_phi(x):
+        em = ns.expm1(x)
+        near = ns.abs(x) < 0.35
+        z = ns.where(near, x, 0.0)  # the series on |x| < 0.35 only (no overflow, no inf * 0 beyond)
+        tail = z * 0.0
+        for c in _EXP_TAIL:
+            tail = tail * z + c
+        return em, ns.where(near, tail * (z * z), em - x)
+
+    return expm1_phi
+
+
 numpy_ops = SimpleNamespace(
     exp=np.exp,
     log=np.log,
@@ -128,6 +149,7 @@ numpy_ops = SimpleNamespace(
     name="numpy",
 )
 numpy_ops.log1p_phi = _log1p_phi(numpy_ops)
+numpy_ops.expm1_phi = _expm1_phi(numpy_ops)
 
 
 def _is_number(x) -> bool:
@@ -256,6 +278,7 @@ def torch_ops() -> SimpleNamespace:
         name="torch",
     )
     ops.log1p_phi = _log1p_phi(ops)
+    ops.expm1_phi = _expm1_phi(ops)
     return ops
 
 
