@@ -62,12 +62,14 @@ def clamped(value):
     lp = np.float64(value)
     return 0.0 if lp > 0.0 and lp <= TOL else lp
 '''
-_SEEDS = '''    seed = by_value(seed)
+#: What every seeded block reads of its seed table (:data:`_SEED_CELL`'s constants, the cells' coefficients flat)
+_SEED_TABLE = '''    seed = by_value(seed)
     level_shift = seed[3][0]  # every seed table has one level in all its octaves, and starts on an octave
     base = ((1023 + seed[1][OCTAVE_A]) << (52 - level_shift)) - seed[2][0]
     n_cells = seed[4].shape[0]
     cells = seed[4].reshape(-1)
-    w_up = np.empty(BLOCK)
+'''
+_SEEDS = _SEED_TABLE + '''    w_up = np.empty(BLOCK)
     w_lo = np.empty(BLOCK)
     known = np.empty((5, BLOCK))  # log(1 - p), p, 1 - p: the polished pass takes them rather than computing them
     lq, p, pc, s_up, s_lo = known[0], known[1], known[2], known[3], known[4]
@@ -79,19 +81,35 @@ _SEEDS = '''    seed = by_value(seed)
         w_lo[j] = -lq[j]
         c_up[j], s_up[j] = seed_cell_of(w_up[j], level_shift, base, n_cells)
         c_lo[j], s_lo[j] = seed_cell_of(w_lo[j], level_shift, base, n_cells)
-    for j in range(log_p.size):  # the gathers: each cell's cubic at s (seed_log_w finishes it, vectorised)
+    for j in range(log_p.size):  # the gathers: each cell's cubic at s (seed_start finishes it, vectorised)
         c = 6 * c_up[j]
         s = s_up[j]
         s_up[j] = cells[c + 2] + s * (cells[c + 3] + s * (cells[c + 4] + s * cells[c + 5]))
         c = 6 * c_lo[j]
         s = s_lo[j]
         s_lo[j] = cells[c + 2] + s * (cells[c + 3] + s * (cells[c + 4] + s * cells[c + 5]))'''
+#: KL's seed loops (:func:`.solvers.common.kl_seed_pair`): one cell per token, at L = -log p, both columns' cubics
+#: gathered in the scalar loop; no log(1 - p) (the polished pass takes p and 1 - p).
+_KL_SEEDS = _SEED_TABLE + '''    L = np.empty(BLOCK)
+    known = np.empty((4, BLOCK))  # p, 1 - p, the two cubics (first: the place in the cell)
+    p, pc, s_up, s_lo = known[0], known[1], known[2], known[3]
+    cell = np.empty(BLOCK, dtype=np.int64)
+    for j in range(log_p.size):  # vectorised: p, 1 - p, L = -log p and its cell
+        lps = regular_log_p(clamped(log_p[j]))
+        p[j], pc[j] = xp.exp(lps), -xp.expm1(lps)
+        L[j] = -lps
+        cell[j], s_up[j] = seed_cell_of(L[j], level_shift, base, n_cells)
+    for j in range(log_p.size):  # the gathers: both cubics of the cell at s (kl_seed_values finishes them)
+        c = 10 * cell[j]
+        s = s_up[j]
+        s_up[j] = cells[c + 2] + s * (cells[c + 3] + s * (cells[c + 4] + s * cells[c + 5]))
+        s_lo[j] = cells[c + 6] + s * (cells[c + 7] + s * (cells[c + 8] + s * cells[c + 9]))'''
 #: The cell of L in a seed table and L's place in it, from L's bits alone (no gathers, so the block's first loop
 #: computes it, vectorised): a seed table's octaves all have the same level (:data:`.seeds.SEED_LEVEL`) and its
 #: grid starts on an octave, so cell c = off[0] + (octave - first octave) * 2**level + the top ``level`` mantissa
 #: bits = (bits >> shift) - base, and s = (L - L_c)/w is the fraction the mantissa bits below those make
 #: (exactly what :func:`.lookup.cubic` computes from the cell's L_c and 1/w).  Clamped to the table: the ends
-#: (:func:`.solvers.common.seed_log_w`) replace the value outside it.
+#: (:func:`.solvers.common.seed_start`) replace the value outside it.
 _SEED_CELL = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
@@ -236,12 +254,15 @@ def _solver_drivers(kind: str, output: str) -> str:
         refined = (_registry.REFINED_RATIO if ratios else _registry.REFINED).get(kind)
         store = "" if ratios else OUTPUTS[output]
         template = _POLISHED_NEXT if refined else _TOKEN
-        seeds = "seed_log_w(w_up[j], seed, s_up[j]), seed_log_w(w_lo[j], seed, s_lo[j])"
-        body = _token(polished, seeds + ", lq[j], p[j], pc[j]", 8, output, block=True, template=template,
-                      store=store)  # fmt: skip
+        if kind == "kl":
+            seeds, loops = "*kl_seed_values(L[j], s_up[j], s_lo[j], p[j], seed), p[j], pc[j]", _KL_SEEDS
+        else:
+            seeds = "seed_start(w_up[j], seed, s_up[j]), seed_start(w_lo[j], seed, s_lo[j]), lq[j], p[j], pc[j]"
+            loops = _SEEDS
+        body = _token(polished, seeds, 8, output, block=True, template=template, store=store)
         if refined:
             body += "\n" + _REFINE_LEFT.replace("{output}", output)
-        block = _BLOCK.format(output=output, seeds=_SEEDS, solve=body, read=_READ["clamped"])
+        block = _BLOCK.format(output=output, seeds=loops, solve=body, read=_READ["clamped"])
         if refined:
             block += _REFINE_FUNCTION.replace("{output}", output).replace("REFINED", refined)
             block = block.replace("OUT", store)

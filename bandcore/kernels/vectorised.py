@@ -189,8 +189,8 @@ def _solve_arrays(module: ModuleType, kind: str, lp: Any, delta: float, at_one: 
     if kind not in module.POLISHED:
         return solve(lp, delta, at_one, seed)
     xp = module.xp
-    lower, upper, status, *offsets = getattr(module, module.POLISHED[kind])(lp, delta, at_one,
-                                                                            *module.seed_pair(lp, seed))  # fmt: skip
+    seeds = getattr(module, module.SEED_READS[kind])(lp, seed)
+    lower, upper, status, *offsets = getattr(module, module.POLISHED[kind])(lp, delta, at_one, *seeds)
     if not fallback:
         return lower, upper, status
     redo = status == module.NOT_CONVERGED

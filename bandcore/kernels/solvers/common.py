@@ -1,8 +1,9 @@
 r"""What every solver shares: status codes, the input conventions, the seed-table reads and the solver registry.
 
-The seed of a root (:mod:`bandcore.kernels.seeds`) is tabulated as :math:`\log w`, :math:`w = 1/(e^d - 1)`, in
-:math:`L = -\log p`; the lower root of a token is the upper root of its mirror (swap :math:`\log p` and
-:math:`\log(1-p)`), so it is read at :math:`L = -\log(1-p)`.
+The seed of a generic root (:mod:`bandcore.kernels.seeds`) is tabulated as :math:`\log w`, :math:`w = 1/(e^d - 1)`,
+in :math:`L = -\log p`; the lower root of a token is the upper root of its mirror (swap :math:`\log p` and
+:math:`\log(1-p)`), so it is read at :math:`L = -\log(1-p)`.  KL's table holds both roots of a token in the cell of
+:math:`L = -\log p` (:func:`kl_seed_pair`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from ..slots import (
 
 #: Below this log p, p is (near-)subnormal: r, s and q are built from logarithms.
 LOG_P_TINY = -700.0
+#: e^LOG_P_TINY (its logarithm rounds to LOG_P_TINY): the same test on p or 1 - p, where those are at hand and their
+#: logarithms are not (KL's seeded pass)
+P_TINY = 9.85967654375977e-305
 
 CONVERGED, SATURATED, NOT_CONVERGED, INVALID_INPUT = 0.0, 1.0, -2.0, -3.0
 
@@ -53,10 +57,15 @@ def _conventions(lp, lower, upper, status, lower_at_one, upper_at_one, lower_at_
     return lower, upper, status
 
 
+def regular_log_p(lp):
+    """log p with the non-regular entries (0, -inf, NaN, > 0) replaced by p = e^-1."""
+    return xp.where(xp.logical_and(lp < 0.0, lp > -xp.inf), lp, -1.0)
+
+
 def _regular(lp, lq=None):
     """(log p, log(1-p)) with the non-regular entries (0, -inf, NaN, > 0) replaced by p = e^-1; ``lq``: the
     log(1-p) of this very function computed before (the Numba drivers' seed loop), not computed again."""
-    lps = xp.where(xp.logical_and(lp < 0.0, lp > -xp.inf), lp, -1.0)
+    lps = regular_log_p(lp)
     if lq is None:
         lq = xp.log(-xp.expm1(lps))  # log(1-p) = log(-expm1(log p)), exact near p = 1
     return lps, lq
@@ -65,7 +74,7 @@ def _regular(lp, lq=None):
 def regular_point(lp):
     """(log p, log(1-p), p, 1-p) at :func:`_regular`'s log p, p and 1 - p from one range reduction: the Numba
     blocks compute them once per token in their first loop, for the seed reads and the polished pass."""
-    lps = xp.where(xp.logical_and(lp < 0.0, lp > -xp.inf), lp, -1.0)
+    lps = regular_log_p(lp)
     pc = -xp.expm1(lps)  # log(1-p) = log(-expm1(log p)), exact near p = 1
     return lps, xp.log(pc), xp.exp(lps), pc
 
@@ -84,8 +93,8 @@ def _mark_unseeded(lp, seeded, status):
     return xp.where(xp.logical_or(seeded, special), status, NOT_CONVERGED)
 
 
-def seed_log_w(L, seed, inner=None):
-    """log w, w = 1/(e^d - 1), at the upper root of the token p = e^-L from the seed table (:mod:`.seeds`);
+def seed_start(L, seed, inner=None):
+    """log w, w = 1/(e^d - 1), at the generic upper root of the token p = e^-L from the seed table (:mod:`.seeds`);
     NaN outside its range.  -inf (w = 0, d = inf) where the root saturates: L <= fm[SEED_SATURATED_TO]; NaN in
     the band up to fm[SEED_UNDECIDED_TO] around the saturation threshold, where only G(inf) itself can tell
     (:mod:`..seeds`).  ``inner``: the :func:`seed_cell` at L where the caller read it before (the Numba blocks
@@ -115,9 +124,33 @@ def seed_index(L, seed, n_cells):
     return xp.minimum(xp.maximum((xp.float_bits(L) >> shift) - base, 0), n_cells - 1)
 
 
+def kl_seed_pair(lp, seed):
+    """(log s at the upper root, log r_lo) of each token from KL's seed table (:mod:`..seeds`): both columns' cubics
+    in the cell of L = -log p, the second (p log r_lo) divided by p; NaN outside the table ([a, b) in L) and at
+    the conventions' special values."""
+    lps = regular_log_p(lp)
+    L = -lps
+    cells = seed[4]
+    c = seed_index(L, seed, cells.shape[0])
+    s = (L - xp.take_column(cells, c, 0)) * xp.take_column(cells, c, 1)
+    up = xp.take_column(cells, c, 2) + s * (xp.take_column(cells, c, 3) + s * (xp.take_column(cells, c, 4)
+                                            + s * xp.take_column(cells, c, 5)))
+    lo = xp.take_column(cells, c, 6) + s * (xp.take_column(cells, c, 7) + s * (xp.take_column(cells, c, 8)
+                                            + s * xp.take_column(cells, c, 9)))
+    return kl_seed_values(L, up, lo, xp.exp(lps), seed)
+
+
+def kl_seed_values(L, up, lo, p, seed):
+    """(log s at the upper root, log r_lo) from the cubics ``up`` and ``lo`` of KL's seed table at L = -log p
+    (the Numba blocks gather them in a loop of their own): NaN outside [a, b), where the cell read is not L's."""
+    fm = seed[0]
+    inside = xp.logical_and(L >= fm[LEFT_END], L < fm[RIGHT_END])
+    return xp.where(inside, up, xp.nan), xp.where(inside, lo / p, xp.nan)
+
+
 def seed_offset(L, seed):
     """The offset d = log(1 + 1/w) of the seed at L (NaN where there is none)."""
-    return xp.logaddexp(0.0, -seed_log_w(L, seed))
+    return xp.logaddexp(0.0, -seed_start(L, seed))
 
 
 def seed_points(lp):
@@ -130,7 +163,7 @@ def seed_points(lp):
 def seed_pair(lp, seed):
     """(log w at the upper root, log w at the lower root) of each token from its seed table (NaN: no seed)."""
     L_up, L_lo = seed_points(lp)
-    return seed_log_w(L_up, seed), seed_log_w(L_lo, seed)
+    return seed_start(L_up, seed), seed_start(L_lo, seed)
 
 
 #: kind -> bounds function name (the entry points of a bound instance)
@@ -138,6 +171,8 @@ ENTRY_POINTS = {"generic": "generic_bounds", "kl": "kl_bounds", "tv": "tv_bounds
 #: kind -> a bounds function (same arguments as ENTRY_POINTS[kind]) that returns the ratios (r_lo, r_up, status)
 #: directly; the other kinds' ratios are exp of their log bounds
 RATIO_ENTRY_POINTS = {"tv": "tv_ratio_bounds", "pearson": "pearson_ratio_bounds"}
+#: kind -> the seed read of POLISHED[kind]: its two seed arguments from (log p, seed table)
+SEED_READS = {"generic": "seed_pair", "kl": "kl_seed_pair"}
 #: kind -> the branch-free seeded pass run before ENTRY_POINTS[kind] (which then solves only the tokens it marks
 #: NOT_CONVERGED); the closed forms have none
 POLISHED = {"generic": "generic_polished_bounds", "kl": "kl_polished_bounds"}

@@ -66,23 +66,23 @@ def kl_bounds(lp, delta, lower_at_one, seed):
     lps, lq = _regular(lp)
     log_r, _ = kl_upper_root(lps, lq, delta)
     _, log_s = kl_upper_root(lq, lps, delta)  # mirror: log r_lo = log s'
-    return _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one)
+    return _kl_finish(lp, lps, lq < LOG_P_TINY, log_r, log_s, delta, lower_at_one)
 
 
-def _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one):
+def _kl_finish(lp, lps, pc_tiny, log_r, log_s, delta, lower_at_one):
+    """The conventions of KL's log bounds (log r_up = log r, log r_lo = log s); ``pc_tiny``: 1 - p < e^-700."""
     # log r_lo <= -delta/p: below -DBL_MAX (so -inf, correctly rounded) once log p < log(delta) - log(DBL_MAX)
     log_s = xp.where(lps < xp.log(delta) - 709.782712893384, -xp.inf, log_s)
     # 1 - p < e^-700: r_up = 1/p to the last bit (KL: 1/p - r_up ~ e^{-delta/(1-p)}/p)
-    upper = xp.where(lq < LOG_P_TINY, -lps, xp.minimum(log_r, -lps))
-    status = xp.where(lq < LOG_P_TINY, SATURATED, CONVERGED)
+    upper = xp.where(pc_tiny, -lps, xp.minimum(log_r, -lps))
+    status = xp.where(pc_tiny, SATURATED, CONVERGED)
     return finish(lp, log_s, upper, status, lower_at_one)
 
 
-def _kl_finish_ratio(lp, lps, lq, p, r, s, delta, lower_at_one):
+def _kl_finish_ratio(lp, lps, pc_tiny, one_over_p, r, s, delta, lower_at_one):
     """:func:`_kl_finish` for the ratios r_up = r, r_lo = s (the seeded ratio pass): r_up <= 1/p, r_lo = 0 where
     its logarithm is below -DBL_MAX."""
     s = xp.where(lps < xp.log(delta) - 709.782712893384, 0.0, s)
-    one_over_p = 1.0 / p
-    upper = xp.where(lq < LOG_P_TINY, one_over_p, xp.minimum(r, one_over_p))
-    status = xp.where(lq < LOG_P_TINY, SATURATED, CONVERGED)
+    upper = xp.where(pc_tiny, one_over_p, xp.minimum(r, one_over_p))
+    status = xp.where(pc_tiny, SATURATED, CONVERGED)
     return finish_ratio(lp, s, upper, status, lower_at_one)

@@ -12,15 +12,28 @@ typically.  The generic pass also returns each root's next offset (d plus its Ne
 (:data:`.common.ENTRY_POINTS`) on the rest.  On 500k mid tokens (log p = -2 Exp(1)) at δ = 0.05 js leaves 15674
 tokens after the polished pass, 1527 / 775 / 456 / 112 after 1 / 2 / 3 / 4 refined passes (the last: no seed).
 
+KL's roots are solved in log s (:func:`kl_polish`: one expm1 and one log per root), from a seed table that holds
+both roots of a token in the cell of L = -log p (:func:`.common.kl_seed_pair`), so a token costs no log(1 - p).
 The generic root is evaluated from the seed's log w itself (:func:`seeded_cells`: 3 transcendentals where
-the offset d took 7), and saturation is read off the seed table (log w = -inf, :func:`.common.seed_log_w`)
+the offset d took 7), and saturation is read off the seed table (log w = -inf, :func:`.common.seed_start`)
 instead of evaluating G(∞) = Φ(1/p) + (1-p)f̃(0) per root (the speed-up measured: ``docs/kernel_measurements.md``).
 """
 
 from __future__ import annotations
 
 from ..ops import numpy_ops as xp  # rebound per backend by ..sources
-from .common import CONVERGED, LOG_P_TINY, SATURATED, _mark_unseeded, _regular, finish, finish_ratio, p_and_pc
+from .common import (
+    CONVERGED,
+    LOG_P_TINY,
+    P_TINY,
+    SATURATED,
+    _mark_unseeded,
+    _regular,
+    finish,
+    finish_ratio,
+    p_and_pc,
+    regular_log_p,
+)
 from .generic import g_and_slope_of
 from .kl import _kl_finish, _kl_finish_ratio
 
@@ -74,7 +87,7 @@ def polished_root(lp, lq, p, pc, delta, log_w):
 
 
 def ratio_up(step):
-    """r e^up at the root from the ``step`` (r, log w, up, down) of :func:`polished_root` or :func:`kl_polish`:
+    """r e^up at the root from the ``step`` (r, start, up, down) of :func:`polished_root` or :func:`kl_polish`:
     the ratio at the seed's point corrected by the Taylor step of its logarithm, with no exp of a log bound.  The
     steps are a Newton correction from a seed within ~1e-7 (a token whose step is larger is not finished, and solved
     again), so e^z is its Taylor polynomial to z^4 (error < |z|^5/120 < 1e-37)."""
@@ -146,65 +159,67 @@ def generic_refined_ratios(lp, delta, lower_at_one, d_up, d_lo):
     return generic_polished_ratios(lp, delta, lower_at_one, offset_log_w(d_up), offset_log_w(d_lo))
 
 
-def kl_cells(p, pc, log_w):
-    """(r - 1, log r, phi(r - 1), r, log s, phi(s - 1), s) at the seed log w: :func:`seeded_cells` with
-    phi(x) = x - log(1 + x) of both cells from the same logarithms (``xp.log1p_phi``: no series of its own)."""
-    w = xp.exp(log_w)
-    den = p + w  # (1 + pE)/E
-    x_r = pc / den
-    x_s = -p / den
-    far = x_s < -0.5
+def kl_cells(p, pc, log_s):
+    """(q - p, r - 1, log r, phi(r - 1), s - 1, phi(s - 1)) at the point log s of the upper root of (p, 1 - p),
+    phi(x) = x - log(1 + x): s - 1 and phi(s - 1) = s - 1 - log s from one expm1 (``xp.expm1_phi``), q - p =
+    (1 - p)(1 - s) and r - 1 = (q - p)/p (neither cancels), log r and phi(r - 1) from one log (``xp.log1p_phi``): two
+    transcendentals per root.  log s is the variable itself, so it stays finite where s underflows."""
+    s_minus_one, phi_s = xp.expm1_phi(log_s)
+    gap = -pc * s_minus_one  # q - p
+    x_r = gap / p
     log_r, phi_r = xp.log1p_phi(x_r, 1.0 + x_r)
-    u = xp.where(far, den, 1.0 + x_s)  # far (s < 1/2): log s = log w - log(p + w), as in seeded_cells
-    log_u, phi_near = xp.log1p_phi(xp.where(far, u - 1.0, x_s), u)
-    log_s = xp.where(far, log_w - log_u, log_u)
-    return x_r, log_r, phi_r, 1.0 + x_r, log_s, xp.where(far, x_s - log_s, phi_near), w / den
+    return gap, x_r, log_r, phi_r, s_minus_one, phi_s
 
 
-def kl_polish(p, pc, log_w, delta):
-    """(log r, log s, step) at the root from a start log w within ~1e-7 of it: one Newton correction in d,
-    applied to log r and log s through their Taylor expansions (d log r/dd = 1-q, d log s/dd = -q, both second
-    derivatives -q(1-q)); ``step`` as :func:`polished_root`'s, for the ratios.  The cells are evaluated once, from
-    log w (:func:`kl_cells`: three transcendentals per root where computing log s through log(pE) took six, and phi
-    from the same logarithms: ``docs/kernel_measurements.md``)."""
-    x, log_r, phi_r, r, log_s, phi_s, s = kl_cells(p, pc, log_w)
-    h = p * phi_r + pc * phi_s - delta
-    one_minus_q = pc * s
-    q = 1.0 - one_minus_q
-    g2 = q * one_minus_q  # G''
-    shift = -h / (p * x)  # Newton: G' = q - p = p (r - 1)
-    half_square = 0.5 * (g2 * shift) * shift
-    up, down = one_minus_q * shift - half_square, -q * shift - half_square
-    return log_r + up, log_s + down, (r, log_w, up, down)
+def kl_polish(p, pc, log_s, delta):
+    r"""(log r, log s, step) at the upper root of (p, 1 - p) from a start log s within ~1e-9 of it: one Newton step
+    in :math:`\sigma = \log s`, applied to log r through its Taylor expansion.  With q = 1 - (1-p)e^σ,
+    dG/dσ = -(q - p)/q, so the step is Δσ = q t with t = (G - δ)/(q - p); d log r/dσ = 1 - 1/q and d²log r/dσ² =
+    -(1-q)/q², so Δ log r = -(1 - q) t (1 + t/2): one division per root.  ``step`` = (r, log s, Δ log r, Δσ), from
+    which the ratio passes form r and s (:func:`ratio_up`, :func:`kl_ratio_down`).  The cells are evaluated once,
+    from log s (:func:`kl_cells`: two transcendentals where a start in log w took three, and about half the
+    divisions: ``docs/kernel_measurements.md``)."""
+    gap, x_r, log_r, phi_r, s_minus_one, phi_s = kl_cells(p, pc, log_s)
+    t = (p * phi_r + pc * phi_s - delta) / gap
+    down = (p + gap) * t
+    up = -(pc + pc * s_minus_one) * t * (1.0 + 0.5 * t)
+    return log_r + up, log_s + down, (1.0 + x_r, log_s, up, down)
 
 
-def kl_polished_bounds(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=None, pc=None):
-    """:func:`kl_bounds` with each root started from its seed (:func:`seed_pair`) and finished by one Newton
-    step, branch-free so that a compiler vectorises it; status NOT_CONVERGED marks a token a root of which has no
-    seed (p below e^-704 or above 1 - 1e-12): the caller solves those with :func:`kl_bounds`.  ``lq``, ``p``,
-    ``pc`` as in :func:`generic_polished_bounds`."""
-    lps, lq, p, pc, seeded = _kl_start(lp, log_w_up, log_w_lo, lq, p, pc)
-    log_r = kl_polish(p, pc, log_w_up, delta)[0]
-    log_s = kl_polish(pc, p, log_w_lo, delta)[1]
-    lower, upper, status = _kl_finish(lp, lps, lq, log_r, log_s, delta, lower_at_one)
+def kl_ratio_down(step):
+    """s e^Δσ at the root from the ``step`` (r, log s, Δ log r, Δσ) of :func:`kl_polish`: exp_ratio(log s,
+    e^-Δσ), so a subnormal s is rounded once."""
+    return xp.exp_ratio(step[1], exp_small(-step[3]))
+
+
+def kl_polished_bounds(lp, delta, lower_at_one, log_s_up, log_r_lo, p=None, pc=None):
+    """:func:`kl_bounds` with each root started from its seed (:func:`.common.kl_seed_pair`: log s at the upper
+    root, log r_lo, which is log s at the mirror's) and finished by one Newton step in log s (:func:`kl_polish`),
+    branch-free so that a compiler vectorises it; status NOT_CONVERGED marks a token a root of which has no seed
+    (p below e^-704 or above 1 - 1e-12): the caller solves those with :func:`kl_bounds`.  ``p``, ``pc``: p and
+    1 - p where the caller has them (:func:`generic_polished_bounds`); no log(1 - p) is computed."""
+    lps, p, pc, seeded = _kl_start(lp, log_s_up, log_r_lo, p, pc)
+    log_r = kl_polish(p, pc, log_s_up, delta)[0]
+    log_s = kl_polish(pc, p, log_r_lo, delta)[1]
+    lower, upper, status = _kl_finish(lp, lps, pc < P_TINY, log_r, log_s, delta, lower_at_one)
     return lower, upper, _mark_unseeded(lp, seeded, status)
 
 
-def kl_polished_ratios(lp, delta, lower_at_one, log_w_up, log_w_lo, lq=None, p=None, pc=None):
+def kl_polished_ratios(lp, delta, lower_at_one, log_s_up, log_r_lo, p=None, pc=None):
     """:func:`kl_polished_bounds` returning the ratios (r_lo, r_up, status) themselves (:func:`ratio_up`,
-    :func:`ratio_down`: no exp of a log bound)."""
-    lps, lq, p, pc, seeded = _kl_start(lp, log_w_up, log_w_lo, lq, p, pc)
-    r = ratio_up(kl_polish(p, pc, log_w_up, delta)[2])
-    s = ratio_down(pc, kl_polish(pc, p, log_w_lo, delta)[2])
-    lower, upper, status = _kl_finish_ratio(lp, lps, lq, p, r, s, delta, lower_at_one)
+    :func:`kl_ratio_down`: no exp of a log bound)."""
+    lps, p, pc, seeded = _kl_start(lp, log_s_up, log_r_lo, p, pc)
+    r = ratio_up(kl_polish(p, pc, log_s_up, delta)[2])
+    s = kl_ratio_down(kl_polish(pc, p, log_r_lo, delta)[2])
+    lower, upper, status = _kl_finish_ratio(lp, lps, pc < P_TINY, 1.0 / p, r, s, delta, lower_at_one)
     return lower, upper, _mark_unseeded(lp, seeded, status)
 
 
-def _kl_start(lp, log_w_up, log_w_lo, lq, p, pc):
-    """(log p, log(1 - p), p, 1 - p, seeded) of KL's polished passes: seeded where both roots have a seed and
-    p, 1 - p >= e^-700."""
-    lps, lq = _regular(lp, lq)
+def _kl_start(lp, log_s_up, log_r_lo, p, pc):
+    """(log p, p, 1 - p, seeded) of KL's polished passes: seeded where both roots have a seed and p, 1 - p >=
+    e^-700."""
+    lps = regular_log_p(lp)
     p, pc = p_and_pc(lps, p, pc)
-    seeded = xp.logical_and(xp.logical_and(xp.isfinite(log_w_up), lps >= LOG_P_TINY),
-                            xp.logical_and(xp.isfinite(log_w_lo), lq >= LOG_P_TINY))  # fmt: skip
-    return lps, lq, p, pc, seeded
+    seeded = xp.logical_and(xp.logical_and(xp.isfinite(log_s_up), p >= P_TINY),
+                            xp.logical_and(xp.isfinite(log_r_lo), pc >= P_TINY))  # fmt: skip
+    return lps, p, pc, seeded
