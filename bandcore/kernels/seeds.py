@@ -13,7 +13,7 @@ cubic in L follows; :math:`p \log r_{lo} \to -\delta`).  KL's seeded pass solves
 (:func:`.solvers.seeded.kl_polish`); :math:`\log r_{lo}` is the :math:`\log s` of the mirror's upper root.
 
 **Grid.** :math:`L \in [2^{-40}, 704]` (:math:`p` from :math:`1 - 10^{-12}` down to :math:`e^{-704}`), every
-octave cut into :math:`2^7` cells (:mod:`.grid`, 6,320 cells; 304 KB, KL's 506 KB), cubic Hermite
+octave cut into :math:`2^7` cells (:mod:`.grid`, 6,320 cells; 304 KB, KL's 507 KB), cubic Hermite
 (:mod:`.lookup`).  Values come from the unseeded solver itself; slopes from implicit differentiation of
 :math:`G(d, \theta_p) = \delta`:
 

@@ -194,10 +194,10 @@ def kl_ratio_down(step):
 
 def kl_polished_bounds(lp, delta, lower_at_one, log_s_up, log_r_lo, p=None, pc=None):
     """:func:`kl_bounds` with each root started from its seed (:func:`.common.kl_seed_pair`: log s at the upper
-    root, log r_lo, which is log s at the mirror's) and finished by one Newton step in log s (:func:`kl_polish`),
-    branch-free so that a compiler vectorises it; status NOT_CONVERGED marks a token a root of which has no seed
-    (p below e^-704 or above 1 - 1e-12): the caller solves those with :func:`kl_bounds`.  ``p``, ``pc``: p and
-    1 - p where the caller has them (:func:`generic_polished_bounds`); no log(1 - p) is computed."""
+    root, and log r_lo, the log s at the mirror's) and finished by one Newton step in log s
+    (:func:`kl_polish`), branch-free so that a compiler vectorises it; status NOT_CONVERGED marks a token a root of
+    which has no seed (p below e^-704 or above 1 - 1e-12): the caller solves those with :func:`kl_bounds`.  ``p``,
+    ``pc``: p and 1 - p where the caller has them (the Numba blocks' first loop); no log(1 - p) is computed."""
     lps, p, pc, seeded = _kl_start(lp, log_s_up, log_r_lo, p, pc)
     log_r = kl_polish(p, pc, log_s_up, delta)[0]
     log_s = kl_polish(pc, p, log_r_lo, delta)[1]
