@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit
 
 from .numba_ops import (  # noqa: F401 - re-exported ops names
@@ -39,8 +38,25 @@ INV_LN2 = 1.4426950408889634
 SQRT_HALF_BITS = 0x3FE6A09E667F3BCD
 TWO_52 = 4503599627370496.0
 MIN_NORMAL = 2.2250738585072014e-308
+#: 1.5 * 2^52: x + ROUND rounds x (|x| < 2^51) to an integer and holds it, two's complement, in its low bits
+ROUND = 6755399441055744.0
+ROUND_BITS = 0x4338000000000000
+EXPONENT_ONE = 1023 << 52
 
 
+@njit(**_JIT)
+def _round(x):
+    """x rounded to the nearest integer (ties to even), as a float: (x + ROUND) - ROUND.  Integers stay floats
+    throughout the fast ops: float <-> int64 conversions have no AVX2 instruction (only AVX-512), so LLVM
+    would convert lane by lane."""
+    return (x + ROUND) - ROUND
+
+
+@njit(**_JIT)
+def _pow2(n):
+    """2^n for an integer-valued float n in [-1022, 1023]: n's bits, read off n + ROUND, shifted into the
+    exponent (the bits of ROUND shift out)."""
+    return _as_float((_as_int(n + ROUND) << 52) + EXPONENT_ONE)
 
 
 #: e^r - 1 - r - r^2/2 = r^3 Q(r) on |r| <= ln2/2: Q's Chebyshev fit (mpmath.chebyfit, 10 terms, highest first);
@@ -78,24 +94,26 @@ def _expm1_poly(x):
 
 @njit(**_JIT)
 def _reduce(x):
-    """(n, r, xc): x clamped to [-746, 1000] as xc = n ln2 + r, |r| <= ln2/2 (ln2 in two parts: r is exact)."""
+    """(n, r, xc): x clamped to [-746, 1000] as xc = n ln2 + r, |r| <= ln2/2 (ln2 in two parts: r is exact); n an
+    integer-valued float."""
     xc = min(max(x, -746.0), 1000.0)
-    n = math.floor(xc * INV_LN2 + 0.5)
+    n = _round(xc * INV_LN2)
     return n, (xc - n * LN2_HI) - n * LN2_LO, xc
 
 
 @njit(**_JIT)
 def _scaled(y, k):
-    """y 2^k for an integer k in [-1076, 1443] (x clamped in :func:`_reduce`), in two factors (subnormals)."""
-    h = k >> 1
-    return y * _as_float((h + 1023) << 52) * _as_float((k - h + 1023) << 52)
+    """y 2^k for an integer-valued float k in [-1076, 1443] (x clamped in :func:`_reduce`), in two factors
+    (subnormals)."""
+    h = _round(0.5 * k)
+    return y * _pow2(h) * _pow2(k - h)
 
 
 @njit(**_JIT)
 def exp(x):
     """exp(x) = 2^n e^r, e^r from :func:`_expm1_poly` (error < 3.4e-19), times 2^n in two factors (subnormals)."""
     n, r, _ = _reduce(x)
-    y = _scaled(_expm1_poly(r) + 1.0, np.int64(n))
+    y = _scaled(_expm1_poly(r) + 1.0, n)
     return y if x >= -746.0 else (0.0 if x < -746.0 else x)  # exp(-inf) = 0, NaN stays NaN
 
 
@@ -107,9 +125,9 @@ def expm1(x):
     exp(x) - 1 (-1 or exp(x) up to rounding; also inf).  -1 below -746; NaN stays NaN."""
     n, r, _ = _reduce(x)
     t = _expm1_poly(r)
-    scale = _as_float((np.int64(min(max(n, -60.0), 60.0)) + 1023) << 52)
+    scale = _pow2(min(max(n, -60.0), 60.0))
     mid = scale * t + (scale - 1.0)
-    value = mid if math.fabs(n) <= 53.0 else _scaled(t + 1.0, np.int64(n)) - 1.0
+    value = mid if math.fabs(n) <= 53.0 else _scaled(t + 1.0, n) - 1.0
     return value if x >= -746.0 else (-1.0 if x < -746.0 else x)
 
 
@@ -130,7 +148,7 @@ def exp_ratio(x, c):
     division comes before the scaling by 2^n.  From the reduction and polynomial of :func:`exp` at the same x, so
     LLVM computes them once for both where a caller also takes exp(x) or expm1(x)."""
     n, r, _ = _reduce(x)
-    y = _scaled((_expm1_poly(r) + 1.0) / c, np.int64(n))
+    y = _scaled((_expm1_poly(r) + 1.0) / c, n)
     return y if x >= -746.0 else (0.0 if x < -746.0 else x)
 
 
