@@ -4,6 +4,9 @@ off the measuring grid), beyond it they are not, and a generator that cannot be 
 
 from __future__ import annotations
 
+import math
+import re
+
 import mpmath as mp
 import numpy as np
 import pytest
@@ -82,3 +85,31 @@ def test_a_generator_that_cannot_be_measured_keeps_the_fixed_switch(monkeypatch)
     assert ft.far_threshold(f_tilde, broken) == ft.FAR_X
     monkeypatch.setattr(ft, "FAR_SECONDS", 1e-3)  # out of time: the fixed switch, not a refusal
     assert ft.far_threshold(f_tilde, sources) == ft.FAR_X
+
+
+@pytest.mark.parametrize("name, function", [("js", "log")])
+def test_the_compiled_forms_share_their_calls_across_the_switch(name, function):
+    """The select form (compiled backends) calls the transcendental that its closed and far forms both call once,
+    on an argument selected by the switch, and its values are the closed form's below the switch and the far
+    form's above it."""
+    from bandcore.kernels.ops import numpy_ops
+
+    functions = generator_functions(bc.resolve(name))
+    far_x = functions.far_x
+    beyond = np.geomspace(far_x, 1.7e308, 50)[1:]  # above the switch (hellinger's: one octave below overflow)
+    x = np.concatenate([np.geomspace(0.2, far_x, 200), beyond, [np.inf]])
+    u = 1.0 + x
+    t = 1.0 / u
+    for fn in (functions.phi_r, functions.dphi_r):
+        source = fn.math_source(far_x)
+        calls = [len(re.findall(rf"\b{function}\(", form)) for form in (_closed_source(fn), _far_source(fn))]
+        assert min(calls) >= 1 and source.count(f"xp.{function}(") == max(calls), source
+        scope = {"xp": numpy_ops, "math": math}
+        exec(compile(source, "<select form>", "exec"), scope)  # the project's own generated source
+        closed = ft._values(ft._compiled(_closed_source(fn), "closed"), x, np.log(u), u)
+        far = ft._values(ft._compiled(_far_source(fn), "far"), t, 1.0 - t, np.log(u), x)
+        with np.errstate(all="ignore"):
+            got = scope[fn.name](x, np.log(u), u)
+        want = np.where(x > far_x, far, closed)
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=4e-16, err_msg=f"{name}.{fn.name}")

@@ -59,7 +59,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import sympy as sp
-from sympy.codegen.cfunctions import expm1
+from sympy.codegen.cfunctions import expm1, log1p
 
 from ...divergences import Divergence
 from ...plan import VECTORISED_NAMES, GeneratedFunction
@@ -98,10 +98,15 @@ class SideFunction:
         ``xp`` (the generated module's scalar namespace), any other function from ``math``; the far form for
         x > ``far_x``."""
         lines = [f"def {self.name}(x, L, u):"]
-        lines += _cse_lines(self.closed, "c_", indent=4, result="value")
-        if self.far is not None:
+        if self.far is None:
+            lines += _cse_lines(self.closed, "c_", indent=4, result="value")
+        else:
             lines += ["    t = 1.0 / u", "    y = 1.0 - t"]
-            lines += _cse_lines(self.far, "f_", indent=4, result="far")
+            shared, closed, far = _shared_calls(self.closed, self.far)
+            lines += [f"    {symbol} = xp.{name}(xp.where(x > {far_x!r}, {_pycode(b)}, {_pycode(a)}))"
+                      for symbol, name, a, b in shared]
+            lines += _cse_lines(closed, "c_", indent=4, result="value")
+            lines += _cse_lines(far, "f_", indent=4, result="far")
             lines.append(f"    far = xp.where(xp.logical_and(xp.isnan(far), u == xp.inf), "
                          f"{_float_literal(self.at_infinity)}, far)  # e.g. 0*log(inf): the limit")
             lines.append(f"    value = xp.where(x > {far_x!r}, far, value)")
@@ -109,6 +114,44 @@ class SideFunction:
             lines.append(f"    value = xp.where(xp.abs(x) < {TAYLOR_RADIUS!r}, {_pycode(self.taylor)}, value)")
         lines.append("    return value")
         return "\n".join(lines) + "\n"
+
+
+#: The functions whose calls the closed and far forms share (:func:`_shared_calls`): the Numba module's own exp
+#: and log, some 20-40 vector instructions each; a square root is one instruction, which a select would not save.
+_SHARED_FUNCTIONS = (sp.exp, sp.log, expm1, log1p)
+
+
+def _innermost_calls(expr: sp.Expr) -> dict[str, list[sp.Expr]]:
+    """The calls of :data:`_SHARED_FUNCTIONS` in ``expr`` whose arguments call none, by function, in a fixed
+    order."""
+    calls: dict[str, list[sp.Expr]] = {}
+    for node in sp.preorder_traversal(expr):
+        if type(node) in _SHARED_FUNCTIONS and not node.args[0].has(*_SHARED_FUNCTIONS):
+            if node not in calls.setdefault(type(node).__name__, []):
+                calls[type(node).__name__].append(node)
+    return calls
+
+
+def _shared_calls(closed: sp.Expr, far: sp.Expr):
+    r"""(shared, closed', far'): the closed and the far form of an r-side function share their calls of exp, log,
+    expm1 and log1p, one per pair of calls of the same function, on an argument selected as the form is
+    (x > far_x: the far form's): ``shared`` is [(symbol, function, closed argument, far argument)], and
+    ``closed'`` and ``far'`` read the symbols.  Each form is kept only where its argument was selected, so the
+    values are the forms' own, while every evaluation computes one call where it computed two (JS: log((u + 1)/2)
+    and log(1/2 + 1/(2t)), one log per root in the Numba kernels).  Innermost calls first, then the calls around
+    them, until no function has a call in both forms; a call textually the same in both is left alone (LLVM
+    computes it once)."""
+    shared: list[tuple[sp.Symbol, str, sp.Expr, sp.Expr]] = []
+    while True:
+        closed_calls, far_calls = _innermost_calls(closed), _innermost_calls(far)
+        pairs = [(name, a, b) for name in sorted(closed_calls)
+                 for a, b in zip(closed_calls[name], far_calls.get(name, ()), strict=False) if a != b]  # fmt: skip
+        if not pairs:
+            return shared, closed, far
+        for name, a, b in pairs:
+            symbol = sp.Symbol(f"s_{len(shared)}", real=True)
+            shared.append((symbol, name, a.args[0], b.args[0]))
+            closed, far = closed.xreplace({a: symbol}), far.xreplace({b: symbol})
 
 
 def _float_literal(value: float) -> str:
