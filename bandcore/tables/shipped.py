@@ -114,7 +114,8 @@ def _sample_knots(n: int, k: int, seed: int) -> np.ndarray:
 
 
 def _recompute_1d(table: BandTable, k: int, seed: int) -> float:
-    """Worst relative mismatch of stored values/slopes against the exact solver at sampled knots."""
+    """Worst relative mismatch of stored values and slopes against the exact solver at sampled knots, a slope's
+    times its cell's width (:func:`_differences`)."""
     solve = exact_solver()
     div = table.divergence
     parts = pieces(div)
@@ -130,9 +131,20 @@ def _recompute_1d(table: BandTable, k: int, seed: int) -> float:
         y = np.asarray(solve(-L, div, table.delta)[index], dtype=np.float64)
         kink = bound.knots[0] if bound.saturated_left else None
         values, slopes = stored(bound.kind, L, y, parts, kink=kink)
-        for fresh, old in ((values, bound.values[idx]), (slopes, bound.slopes[idx])):
-            worst = max(worst, float(np.max(np.abs(fresh - old) / np.maximum(1.0, np.abs(old)))))
+        worst = max(worst, _differences(bound.knots, idx, values, slopes, bound.values[idx], bound.slopes[idx]))
     return worst
+
+
+def _differences(knots, idx, values, slopes, stored_values, stored_slopes) -> float:
+    """Largest relative difference of recomputed values and slopes at knots ``idx``, a slope's times the width of
+    the wider cell at its knot: what it moves the cubic by.  A slope near p = 1 (L ~ 1e-14) is computed with a
+    cancellation of ~1e-16/L relative, whose digits differ between NumPy builds (its exp and log with AVX-512 or
+    without); the cell there is ~L wide, so a stale table still shows and those digits do not."""
+    w = np.maximum(np.diff(knots, prepend=knots[0]), np.diff(knots, append=knots[-1]))[idx]
+    scale = np.maximum(1.0, np.abs(values))
+    with np.errstate(invalid="ignore"):
+        slope_difference = np.where(slopes == stored_slopes, 0.0, np.abs(slopes - stored_slopes) * w / scale)
+    return float(max(np.max(np.abs(values - stored_values) / scale), np.max(slope_difference)))
 
 
 def _recompute_2d(table, k: int, seed: int) -> float:
@@ -162,18 +174,30 @@ def _recompute_2d(table, k: int, seed: int) -> float:
             star, b, _ = exact_threshold(div, delta, side)
             idx = _sample_knots(len(piece.near.knots), k, seed + index)
             values, slopes = near_samples(div, delta, side, star, b, piece.gamma, piece.near.knots[idx], solve, {})
-            worst = max(worst, _mismatch(piece.near, v, idx, values, slopes) - n * table.target * THRESHOLD)
+            at_v = piece.near.at(v)
+            fresh, kept = (values, slopes), (at_v.values[idx], at_v.slopes[idx])
+            if side == "upper":
+                lam = piece.near.knots[idx]
+                fresh, kept = _upper_gap(lam, piece.gamma, *fresh), _upper_gap(lam, piece.gamma, *kept)
+            mismatch = _differences(piece.near.knots, idx, *fresh, *kept)
+            worst = max(worst, mismatch - n * table.target * THRESHOLD)
     return worst
+
+
+def _upper_gap(lam: np.ndarray, gamma: float, g: np.ndarray, dg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(u, du/dλ) of an upper bound's near part from its stored (G, dG/dλ), u = e^G λ^γ = 1 - p r_up: the bound is
+    log r_up = L + log(1 - u), so a difference in G moves it by u ΔG.  Near the threshold u is some 1e-16 (γ = 2
+    at λ = 1e-8) and G, computed from it by the float64 solver above the 50-digit one's range, carries that
+    rounding (a few per cent, differing between NumPy builds' exp and log), which the bound does not feel."""
+    u = np.exp(g) * lam**gamma
+    return u, u * (dg + gamma / lam)
 
 
 def _mismatch(surface, v: float, idx: np.ndarray, values: np.ndarray, slopes: np.ndarray) -> float:
     """Largest relative difference of recomputed values and slopes (times the cell width) at knots ``idx``."""
     at_v = surface.at(v)
-    knots = surface.knots
-    w = np.maximum(np.diff(knots, prepend=knots[0]), np.diff(knots, append=knots[-1]))
-    scale = np.maximum(1.0, np.abs(values))
-    return float(max(np.max(np.abs(values - at_v.values[idx]) / scale),
-                     np.max(np.abs(slopes - at_v.slopes[idx]) * w[idx] / scale)))  # fmt: skip
+    return _differences(surface.knots, idx, values, slopes, at_v.values[idx], at_v.slopes[idx])
+
 
 
 def check_shipped(directory: Path = SHIPPED_DIR, *, knots_per_table: int = 24, tol: float = 1e-9) -> list[str]:
