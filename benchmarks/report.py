@@ -104,8 +104,11 @@ def _header(report: dict[str, Any]) -> list[str]:
     if "run_seconds" in machine:
         load += f"; the run took {machine['run_seconds']:.0f} s ({machine['run_cpu_seconds']:.0f} s of CPU)"
     outputs = f"Outputs: {report['outputs']}. " if "outputs" in report else ""  # (runs saved before it was said)
+    cpu = machine.get("cpu_model", machine["processor"])  # (runs saved before the model was recorded)
+    if machine.get("vector_extensions"):
+        cpu += f", {' '.join(machine['vector_extensions'])}"
     lines = [
-        f"{machine['cpu_count']} CPUs ({machine['processor']}){load}; threads: {report['thread_note']}.",
+        f"{machine['cpu_count']} CPUs ({cpu}){load}; threads: {report['thread_note']}.",
         "Threads per side: " + "; ".join(f"{k}: {v}" for k, v in report["thread_setting"].items()) + ".",
         f"Times: {report['timing']}. × exp pass: the row's median over the np.exp pass's median (same rounds, "
         f"1 thread); × published ({baseline_dtype(report)}): over the divergence's published solver computing in "

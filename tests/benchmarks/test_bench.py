@@ -526,6 +526,7 @@ def test_quick_bench_json_has_every_row_at_equal_threads(quick_run):
     serial = threads > 1 and min(r["sizes"]) <= r["numba_serial_max"]  # small calls run on one thread: said
     assert ("run serially" in r["thread_note"]) == serial
     assert len(r["machine"]["load_average_start"]) == len(r["machine"]["load_average_end"]) == 3  # Linux
+    assert r["machine"]["cpu_model"] and isinstance(r["machine"]["vector_extensions"], list)  # what set the unit
     assert not r["unavailable"], r["unavailable"]
     assert r["sizes"] == [20_000, 1_000] and r["distributions"] == ["llm", "mid", "flat"] and r["rounds"] == 3
     assert len(r["results"]) == 3 * 3 * 9 * 2 and r["memory"] == []  # 3 divergences, 8 methods + the exp pass
