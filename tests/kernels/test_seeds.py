@@ -193,16 +193,26 @@ def test_polished_pass_finishes_most_tokens_and_agrees_with_the_safeguarded_solv
 @pytest.mark.parametrize("name", ["kl", "hellinger"])
 def test_torch_fallback_runs_once_per_call_and_matches_numpy(name):
     """band_log on a CPU tensor (chunks run the seeded pass, the safeguarded solver runs once on what they left)
-    equals the NumPy path: status bit for bit, values within the contract (torch's and NumPy's exp/log differ by
-    an ulp, which the ill-conditioned bounds next to a threshold amplify), across several chunks."""
+    equals the NumPy path: status bit for bit, values within the contract, or next to a threshold within what one
+    ulp of log p moves the NumPy bound (torch's, Numba's and NumPy's exp/log differ by an ulp, which the
+    ill-conditioned bounds there amplify: Hellinger's lower bound at log p = -3.0083 moves by 2.5e-10 per ulp),
+    across several chunks."""
     torch = pytest.importorskip("torch")
     lp = llm_like_log_probs(150_000, 2).astype(np.float64)
     lp[::997] = -750.0  # some tokens every chunk must leave to the safeguarded solver
     lo_t, up_t, st_t = bc.band_log(torch.from_numpy(lp), name, 0.05, backend="torch", return_status=True)
     lo_n, up_n, st_n = bc.band_log(lp, name, 0.05, backend="numpy", return_status=True)
     np.testing.assert_array_equal(st_t.numpy(), st_n)
-    np.testing.assert_allclose(lo_t.numpy(), lo_n, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(up_t.numpy(), up_n, rtol=1e-12, atol=1e-12)
+    below = bc.band_log(np.nextafter(lp, -np.inf), name, 0.05, backend="numpy")
+    above = bc.band_log(np.nextafter(lp, 0.0), name, 0.05, backend="numpy")
+    for got, want, ends in ((lo_t.numpy(), lo_n, (below[0], above[0])), (up_t.numpy(), up_n, (below[1], above[1]))):
+        finite = np.isfinite(want)
+        np.testing.assert_array_equal(got[~finite], want[~finite])
+        with np.errstate(invalid="ignore"):  # inf - inf where a neighbour saturates
+            ulp_move = np.nan_to_num(np.abs(ends[1] - ends[0]) / 2, nan=0.0, posinf=0.0)
+        allowed = np.maximum(1e-12 * np.maximum(1.0, np.abs(want)), ulp_move)
+        excess = np.abs(got[finite] - want[finite]) / allowed[finite]
+        assert excess.max() <= 1.0, excess.max()
 
 
 @pytest.mark.parametrize("name", ["kl", "js"])
