@@ -47,6 +47,9 @@ Rules of the rewriting (each one for a numerical reason):
   vectorising (α = 0.7 ran about three times slower: ``docs/kernel_measurements.md``), and the logarithm is
   already at hand.  The logarithms' functions (p or 1 - p below e^-700 only) keep the form in u; their powers
   :math:`e^{aL}` are written with the side's root (:func:`_powers_on_root`), adding no ``exp``.
+* In the compiled backends' select form, the closed and the far form share their exp, log, expm1 and log1p calls,
+  each pair one call on the argument the far switch selects (:func:`_shared_calls`): JS's root takes one log where
+  it took two.
 """
 
 from __future__ import annotations
