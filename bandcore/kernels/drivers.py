@@ -109,16 +109,16 @@ _KL_SEEDS = _SEED_TABLE + '''    L = np.empty(BLOCK)
 #: grid starts on an octave, so cell c = off[0] + (octave - first octave) * 2**level + the top ``level`` mantissa
 #: bits = (bits >> shift) - base, and s = (L - L_c)/w is the fraction the mantissa bits below those make
 #: (exactly what :func:`.lookup.cubic` computes from the cell's L_c and 1/w).  Clamped to the table: the ends
-#: (:func:`.solvers.common.seed_start`) replace the value outside it.  The integer v of those low bits (< 2^52)
-#: becomes a float as (2^52 + v) - 2^52, its bits OR-ed into those of 2^52: an int64 -> float64 conversion has no
-#: AVX2 instruction, and LLVM would convert lane by lane.
+#: (:func:`.solvers.common.seed_start`) replace the value outside it.  The integer of those low bits becomes a float
+#: by ``xp.low_bits_float``: an int64 -> float64 conversion has no AVX2 instruction, and LLVM would convert lane by
+#: lane.
 _SEED_CELL = '''
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", forceinline=True)
 def seed_cell_of(L, level_shift, base, n_cells):
     bits = xp.float_bits(L)
     c = min(max((bits >> level_shift) - base, 0), n_cells - 1)
-    low = xp.bits_float((bits & ((np.int64(1) << level_shift) - 1)) | TWO_52_BITS) - TWO_52
+    low = xp.low_bits_float(bits & ((np.int64(1) << level_shift) - 1))
     return c, low * xp.bits_float((1023 - level_shift) << 52)
 '''
 _FALLBACK = '''    for i in {range}(n):
@@ -288,7 +288,7 @@ def numba_source(kind: str, extra: list[str]) -> str:
     # Branch-free code (every select computed, exp/log written out in numba_fast_ops, everything inlined) so that
     # LLVM vectorises the closed forms and the seeded passes; only the fallback's loop is data-dependent
     lines = [f"TOL = {LOG_P_TOLERANCE!r}", f"BLOCK = {BLOCK}", f"CLOSED_BLOCK = {CLOSED_BLOCK}", f"PAD = {PAD}",
-             "TWO_52 = 4503599627370496.0", "TWO_52_BITS = 0x4330000000000000", *extra]
+             *extra]
     drivers = _CLAMPED + _SEED_CELL + by_value_source() + "".join(_solver_drivers(kind, output) for output in OUTPUTS)
     return generated_source([lookup, *solvers.parts(kind)], "numba_fast_ops", lines, drivers, inline=True,
                             outlined=_OUTLINED)  # fmt: skip

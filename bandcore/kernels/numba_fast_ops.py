@@ -37,10 +37,10 @@ LN2_LO = 1.90821492927058770002e-10
 INV_LN2 = 1.4426950408889634
 SQRT_HALF_BITS = 0x3FE6A09E667F3BCD
 TWO_52 = 4503599627370496.0
+TWO_52_BITS = 0x4330000000000000
 MIN_NORMAL = 2.2250738585072014e-308
 #: 1.5 * 2^52: x + ROUND rounds x (|x| < 2^51) to an integer and holds it, two's complement, in its low bits
 ROUND = 6755399441055744.0
-ROUND_BITS = 0x4338000000000000
 EXPONENT_ONE = 1023 << 52
 
 
@@ -50,6 +50,13 @@ def _round(x):
     throughout the fast ops: float <-> int64 conversions have no AVX2 instruction (only AVX-512), so LLVM
     would convert lane by lane."""
     return (x + ROUND) - ROUND
+
+
+@njit(**_JIT)
+def low_bits_float(v):
+    """The float of an integer v in [0, 2^52) without an int64 -> float64 conversion: v's bits OR-ed into those of
+    2^52 make 2^52 + v exactly, and 2^52 is taken off again."""
+    return _as_float(v | TWO_52_BITS) - TWO_52
 
 
 @njit(**_JIT)

@@ -184,11 +184,15 @@ def _recompute_2d(table, k: int, seed: int) -> float:
     return worst
 
 
-def _upper_gap(lam: np.ndarray, gamma: float, g: np.ndarray, dg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(u, du/dλ) of an upper bound's near part from its stored (G, dG/dλ), u = e^G λ^γ = 1 - p r_up: the bound is
-    log r_up = L + log(1 - u), so a difference in G moves it by u ΔG.  Near the threshold u is some 1e-16 (γ = 2
-    at λ = 1e-8) and G, computed from it by the float64 solver above the 50-digit one's range, carries that
-    rounding (a few per cent, differing between NumPy builds' exp and log), which the bound does not feel."""
+def _upper_gap(lam: np.ndarray, gamma: float, g: np.ndarray, dg: np.ndarray,
+               power: int = 0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(u, du/dλ) of an upper bound's near part from its stored (G, dG/dλ), u = e^G λ^γ = 1 - p r_up, or with
+    ``power`` k from its (H, dH/dλ), u = H λ^k: the bound is log r_up = L + log(1 - u), so a difference in G moves
+    it by u ΔG.  Near the threshold u is some 1e-16 (γ = 2 at λ = 1e-8) and G, computed from it by the float64
+    solver above the 50-digit one's range, carries that rounding (a few per cent, differing between NumPy builds'
+    exp and log), which the bound does not feel."""
+    if power:
+        return g * lam**power, dg * lam**power + power * g * lam ** (power - 1)
     u = np.exp(g) * lam**gamma
     return u, u * (dg + gamma / lam)
 
@@ -197,7 +201,6 @@ def _mismatch(surface, v: float, idx: np.ndarray, values: np.ndarray, slopes: np
     """Largest relative difference of recomputed values and slopes (times the cell width) at knots ``idx``."""
     at_v = surface.at(v)
     return _differences(surface.knots, idx, values, slopes, at_v.values[idx], at_v.slopes[idx])
-
 
 
 def check_shipped(directory: Path = SHIPPED_DIR, *, knots_per_table: int = 24, tol: float = 1e-9) -> list[str]:

@@ -164,7 +164,7 @@ def test_split_build_reproduces_the_shipped_table(tmp_path):
     and certificate, and every stored value and slope within 1e-9 as the freshness check measures it (a slope times
     its cell's width, an upper bound's near part in u = 1 - p r_up)."""
     from bandcore.tables.formats import SHIPPED_DIR, shipped_name
-    from bandcore.tables.shipped import _differences
+    from bandcore.tables.shipped import _differences, _upper_gap
 
     shipped_path = SHIPPED_DIR / shipped_name("js", 0.2)
     path = BandTable.build("js", 0.2).save(tmp_path / "js.npz")
@@ -178,8 +178,7 @@ def test_split_build_reproduces_the_shipped_table(tmp_path):
         for part_a, part_b, near in ((a.far, b.far, False), (a.near, b.near, True)):
             np.testing.assert_array_equal(part_a.knots, part_b.knots)
             stored = [(part.values, part.slopes) for part in (part_a, part_b)]
-            if near and side == "upper":  # u = H lambda^k (the bound moves by u dH/H)
-                lam, k = part_a.knots, a.near_power
-                stored = [(h * lam**k, dh * lam**k + k * h * lam ** (k - 1)) for h, dh in stored]
+            if near and side == "upper":  # in u = 1 - p r_up (the bound moves by u dH/H)
+                stored = [_upper_gap(part_a.knots, a.gamma, *pair, a.near_power) for pair in stored]
             idx = np.arange(part_a.knots.size)
             assert _differences(part_a.knots, idx, *stored[0], *stored[1]) <= 1e-9, (side, near)
